@@ -1,0 +1,33 @@
+// nanobind module of the CPU handlers: `targets()` returns {ffi_target_name: PyCapsule}.
+// Each op family's .cc file defines its handler symbols; this file only lists them.
+// The CUDA handlers live in a separate plain shared library (no Python ABI), loaded by ctypes.
+#include <nanobind/nanobind.h>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace nb = nanobind;
+
+// cpu/grouped_gemm.cc
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmWgradCpu);
+
+namespace {
+
+template <typename Fn>
+nb::capsule encapsulate(Fn* fn) {
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+nb::dict targets() {
+  nb::dict d;
+  d["jax_moe_ffi_grouped_gemm"] = encapsulate(JaxMoeFfiGroupedGemmCpu);
+  d["jax_moe_ffi_grouped_gemm_wgrad"] = encapsulate(JaxMoeFfiGroupedGemmWgradCpu);
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_jax_moe_ffi_cpu, m) {
+  m.doc() = "CPU XLA FFI handlers of jax_moe_ffi";
+  m.def("targets", &targets, "{ffi target name: capsule of the typed FFI handler}");
+}

@@ -1,0 +1,15 @@
+"""jax_moe_ffi: fast Mixture-of-Experts for JAX on NVIDIA GPUs (XLA FFI custom calls).
+
+Public API only; see README.md.
+"""
+from jax_moe_ffi import _registry
+
+_registry.register_all()
+
+from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmul_wgrad  # noqa: E402
+from jax_moe_ffi import reference  # noqa: E402
+from jax_moe_ffi.export import export_disabled_checks  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["grouped_matmul", "grouped_matmul_wgrad", "reference", "export_disabled_checks"]

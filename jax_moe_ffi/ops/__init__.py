@@ -1,0 +1,1 @@
+"""One module per op family: argument checks, ffi_call, custom_vjp."""

@@ -1,0 +1,54 @@
+"""Helpers shared by the op wrappers: argument checks with clear messages, one-time warnings."""
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FLOAT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+GPU_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Says once per process that a fast path was not taken (never silently)."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
+    if x.ndim != rank:
+        raise ValueError(f"{op}: `{name}` must be rank {rank} {layout}, got shape {tuple(x.shape)}")
+
+
+def check_float(op: str, name: str, x) -> None:
+    if jnp.dtype(x.dtype) not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: `{name}` must be float32, bfloat16 or float16, got {x.dtype}")
+
+
+def check_group_sizes(op: str, group_sizes, g: int):
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"{op}: `group_sizes` must be an integer array, got {group_sizes.dtype}")
+    if group_sizes.ndim != 1 or group_sizes.shape[0] != g:
+        raise ValueError(
+            f"{op}: `group_sizes` must have shape ({g},) (one entry per group), got {tuple(group_sizes.shape)}")
+    return group_sizes.astype(jnp.int32)
+
+
+def out_dtype(op: str, in_dtype, preferred_element_type):
+    """Output dtype: the input dtype, or float32 when asked (the accumulation type)."""
+    if preferred_element_type is None:
+        return jnp.dtype(in_dtype)
+    dt = jnp.dtype(preferred_element_type)
+    if dt not in (jnp.dtype(in_dtype), jnp.dtype(jnp.float32)):
+        raise TypeError(
+            f"{op}: `preferred_element_type` must be None, float32 or the input dtype {jnp.dtype(in_dtype)}, got {dt}")
+    return dt
+
+
+def float0_zeros(x):
+    return np.zeros(x.shape, dtype=jax.dtypes.float0)

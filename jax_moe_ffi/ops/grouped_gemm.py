@@ -1,0 +1,182 @@
+"""Grouped matmul for dropless MoE: `grouped_matmul` (forward, with dgrad as its transposed form) and
+`grouped_matmul_wgrad`, as XLA FFI calls with a `jax.custom_vjp`.
+
+Contract (DESIGN.md): `grouped_matmul(lhs[M,K], rhs[G,K,N], group_sizes[G])` equals
+`jax.lax.ragged_dot`; rows at/after sum(group_sizes) are zero. Group sizes stay on the device.
+Group-size rule for bad values: negative sizes count as 0 and groups are clipped to the M rows
+(a group running past M is truncated, later groups are empty). No value reads or writes out of bounds.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_moe_ffi import _registry
+from jax_moe_ffi.ops import _common as c
+
+FWD_TARGET = "jax_moe_ffi_grouped_gemm"
+WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
+
+
+def _cuda_ready(target: str, dtype) -> bool:
+    return target in _registry.cuda_targets and jnp.dtype(dtype) in c.GPU_DTYPES
+
+
+def _gpu_fallback_reason(target: str, dtype) -> str:
+    if target not in _registry.cuda_targets:
+        return f"the CUDA library is not loaded ({_registry.cuda_load_error})"
+    return f"the CUDA kernel takes bfloat16/float16, got {jnp.dtype(dtype)}"
+
+
+def _on_platforms(ffi_fn, fallback_fn, target: str, dtype, *args):
+    """Runs the FFI call on CPU, and on CUDA when the kernel supports the inputs; else the XLA op, said once."""
+    if _cuda_ready(target, dtype):
+        return ffi_fn(*args)
+
+    def cuda_branch(*a):
+        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
+            c.warn_once(f"{target}:{jnp.dtype(dtype)}",
+                        f"jax_moe_ffi: {target} uses XLA's ragged_dot on GPU because "
+                        f"{_gpu_fallback_reason(target, dtype)}")
+        return fallback_fn(*a)
+
+    return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
+
+
+def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):
+    m = lhs.shape[0]
+    n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+    call = jax.ffi.ffi_call(FWD_TARGET, jax.ShapeDtypeStruct((m, n), out_dtype),
+                            vmap_method="sequential")
+
+    def ffi_fn(a, b, s):
+        return call(a, b, s, transpose_rhs=np.bool_(transpose_rhs))
+
+    def xla_fn(a, b, s):
+        bb = jnp.swapaxes(b, 1, 2) if transpose_rhs else b
+        return jax.lax.ragged_dot(a, bb, s, preferred_element_type=out_dtype)
+
+    return _on_platforms(ffi_fn, xla_fn, FWD_TARGET, lhs.dtype, lhs, rhs, group_sizes)
+
+
+def _wgrad_call(lhs, dout, group_sizes, out_dtype):
+    g = group_sizes.shape[0]
+    call = jax.ffi.ffi_call(WGRAD_TARGET,
+                            jax.ShapeDtypeStruct((g, lhs.shape[1], dout.shape[1]), out_dtype),
+                            vmap_method="sequential")
+
+    def xla_fn(a, d, s):
+        dims = jax.lax.RaggedDotDimensionNumbers(
+            dot_dimension_numbers=(([0], [0]), ([], [])),
+            lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+        return jax.lax.ragged_dot_general(a, d, s, dims, preferred_element_type=out_dtype)
+
+    return _on_platforms(call, xla_fn, WGRAD_TARGET, lhs.dtype, lhs, dout, group_sizes)
+
+
+def _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type):
+    op = "grouped_matmul"
+    c.check_rank(op, "lhs", lhs, 2, "[M, K]")
+    c.check_rank(op, "rhs", rhs, 3, "[G, N, K]" if transpose_rhs else "[G, K, N]")
+    c.check_float(op, "lhs", lhs)
+    c.check_float(op, "rhs", rhs)
+    if lhs.dtype != rhs.dtype:
+        raise TypeError(f"{op}: `lhs` and `rhs` must have the same dtype, got {lhs.dtype} and {rhs.dtype}")
+    k_rhs = rhs.shape[2] if transpose_rhs else rhs.shape[1]
+    if lhs.shape[1] != k_rhs:
+        raise ValueError(f"{op}: contraction sizes differ: `lhs` {tuple(lhs.shape)} has K={lhs.shape[1]} "
+                         f"but `rhs` {tuple(rhs.shape)} has K={k_rhs}")
+    gs = c.check_group_sizes(op, group_sizes, rhs.shape[0])
+    return gs, c.out_dtype(op, lhs.dtype, preferred_element_type)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _gmm(lhs, rhs, group_sizes, transpose_rhs, out_dtype):
+    return _fwd_call(lhs, rhs, group_sizes, transpose_rhs, out_dtype)
+
+
+def _gmm_fwd(lhs, rhs, group_sizes, transpose_rhs, out_dtype):
+    return _fwd_call(lhs, rhs, group_sizes, transpose_rhs, out_dtype), (lhs, rhs, group_sizes)
+
+
+def _gmm_bwd(transpose_rhs, out_dtype, res, dout):
+    lhs, rhs, group_sizes = res
+    dout = dout.astype(lhs.dtype)  # the kernels take operands of one dtype
+    # dlhs = dout . rhs^T: the same kernel with the transposed-rhs flag (no materialised transpose).
+    dlhs = _gmm(dout, rhs, group_sizes, not transpose_rhs, lhs.dtype)
+    if transpose_rhs:  # rhs[g] is [N, K]: drhs[g] = dout_g^T . lhs_g
+        drhs = _wgrad(dout, lhs, group_sizes, rhs.dtype)
+    else:
+        drhs = _wgrad(lhs, dout, group_sizes, rhs.dtype)
+    return dlhs, drhs, c.float0_zeros(group_sizes)
+
+
+_gmm.defvjp(_gmm_fwd, _gmm_bwd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _wgrad(lhs, dout, group_sizes, out_dtype):
+    return _wgrad_call(lhs, dout, group_sizes, out_dtype)
+
+
+def _wgrad_fwd(lhs, dout, group_sizes, out_dtype):
+    return _wgrad_call(lhs, dout, group_sizes, out_dtype), (lhs, dout, group_sizes)
+
+
+def _wgrad_bwd(out_dtype, res, dw):
+    # out[g] = lhs_g^T dout_g  =>  dlhs_g = dout_g dw[g]^T, ddout_g = lhs_g dw[g].
+    lhs, dout, group_sizes = res
+    dw = dw.astype(lhs.dtype)
+    dlhs = _gmm(dout, dw, group_sizes, True, lhs.dtype)
+    ddout = _gmm(lhs, dw, group_sizes, False, dout.dtype)
+    return dlhs, ddout, c.float0_zeros(group_sizes)
+
+
+_wgrad.defvjp(_wgrad_fwd, _wgrad_bwd)
+
+
+def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
+                   transpose_rhs: bool = False):
+    """Grouped matmul: `out[i] = lhs[i] @ rhs[g(i)]`, the semantics of `jax.lax.ragged_dot`.
+
+    Args:
+      lhs: [M, K] float32/bfloat16/float16, rows sorted by group.
+      rhs: [G, K, N] (or [G, N, K] with `transpose_rhs=True`), same dtype as lhs.
+      group_sizes: [G] integer, rows per group, on the device (never read by the host).
+      preferred_element_type: output dtype, None (= input dtype) or float32. Accumulation is float32.
+      recipe: None (bf16/f16/f32 operands). FP8 recipes arrive with the FP8 issue.
+    Returns [M, N]; rows at/after sum(group_sizes) are zero.
+    """
+    if recipe is not None:
+        raise NotImplementedError(f"grouped_matmul: recipe={recipe!r} is not implemented yet (only None)")
+    lhs = jnp.asarray(lhs)
+    rhs = jnp.asarray(rhs)
+    group_sizes = jnp.asarray(group_sizes)
+    gs, odt = _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type)
+    return _gmm(lhs, rhs, gs, bool(transpose_rhs), odt)
+
+
+def grouped_matmul_wgrad(lhs, dout, group_sizes, *, preferred_element_type=None):
+    """Ragged-contraction grouped matmul: `out[g] = lhs[rows_g].T @ dout[rows_g]`, [G, K, N].
+
+    The weight gradient of `grouped_matmul`; empty groups give zeros.
+    """
+    op = "grouped_matmul_wgrad"
+    lhs = jnp.asarray(lhs)
+    dout = jnp.asarray(dout)
+    group_sizes = jnp.asarray(group_sizes)
+    c.check_rank(op, "lhs", lhs, 2, "[M, K]")
+    c.check_rank(op, "dout", dout, 2, "[M, N]")
+    c.check_float(op, "lhs", lhs)
+    c.check_float(op, "dout", dout)
+    if lhs.dtype != dout.dtype:
+        raise TypeError(f"{op}: `lhs` and `dout` must have the same dtype, got {lhs.dtype} and {dout.dtype}")
+    if lhs.shape[0] != dout.shape[0]:
+        raise ValueError(f"{op}: `lhs` {tuple(lhs.shape)} and `dout` {tuple(dout.shape)} must have the same M")
+    if group_sizes.ndim != 1:
+        raise ValueError(f"{op}: `group_sizes` must be rank 1 [G], got shape {tuple(group_sizes.shape)}")
+    gs = c.check_group_sizes(op, group_sizes, group_sizes.shape[0])
+    return _wgrad(lhs, dout, gs, c.out_dtype(op, lhs.dtype, preferred_element_type))
