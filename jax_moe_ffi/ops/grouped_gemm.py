@@ -99,7 +99,8 @@ def _gmm(lhs, rhs, group_sizes, transpose_rhs, out_dtype):
 
 
 def _gmm_fwd(lhs, rhs, group_sizes, transpose_rhs, out_dtype):
-    return _fwd_call(lhs, rhs, group_sizes, transpose_rhs, out_dtype), (lhs, rhs, group_sizes)
+    # Calls the custom_vjp function itself (not the raw FFI call) so higher-order grads work.
+    return _gmm(lhs, rhs, group_sizes, transpose_rhs, out_dtype), (lhs, rhs, group_sizes)
 
 
 def _gmm_bwd(transpose_rhs, out_dtype, res, dout):
@@ -123,7 +124,7 @@ def _wgrad(lhs, dout, group_sizes, out_dtype):
 
 
 def _wgrad_fwd(lhs, dout, group_sizes, out_dtype):
-    return _wgrad_call(lhs, dout, group_sizes, out_dtype), (lhs, dout, group_sizes)
+    return _wgrad(lhs, dout, group_sizes, out_dtype), (lhs, dout, group_sizes)
 
 
 def _wgrad_bwd(out_dtype, res, dw):

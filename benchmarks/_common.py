@@ -1,0 +1,142 @@
+"""Shared benchmark plumbing: shapes, group sizes, timing, and result files (JSON + markdown + PNG).
+
+Every result file names the command, git commit, jax/jaxlib versions and the device that made it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load_shapes() -> dict:
+    """The canonical shapes: ../shared/bench/shapes.json when present, else the committed copy."""
+    shared = ROOT.parent / "shared" / "bench" / "shapes.json"
+    path = shared if shared.exists() else ROOT / "benchmarks" / "shapes.json"
+    return json.loads(path.read_text())
+
+
+def group_sizes(m: int, g: int, kind: str, shapes: dict) -> np.ndarray:
+    """'even' splits m equally; 'skew' is Dirichlet(alpha) with default_rng(seed), floored, remainder to the largest."""
+    if kind == "even":
+        sizes = np.full(g, m // g, np.int64)
+        sizes[: m - sizes.sum()] += 1
+    else:
+        rng = np.random.default_rng(shapes["skew"]["seed"])
+        p = rng.dirichlet(np.full(g, shapes["skew"]["alpha"]))
+        sizes = np.floor(p * m).astype(np.int64)
+        sizes[np.argmax(sizes)] += m - sizes.sum()
+    assert sizes.sum() == m
+    return sizes.astype(np.int32)
+
+
+def time_ms(fn, *args, min_time_s: float = 0.3, trials: int = 5) -> float:
+    """Median per-call milliseconds. Calls are dispatched back to back (async) and blocked on at the end
+    of each trial, so host dispatch overlaps device work; the trial length adapts to the op's speed."""
+    import jax
+
+    jax.block_until_ready(fn(*args))  # compile
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = int(max(1, min(200, min_time_s / trials / one)))
+    per_call = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        out = None
+        for _ in range(reps):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        per_call.append((time.perf_counter() - t0) / reps)
+    return float(np.median(per_call)) * 1e3
+
+
+def metadata(argv: list[str]) -> dict:
+    import jax
+    import jaxlib
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True).stdout.strip())
+    except OSError:
+        commit, dirty = "unknown", False
+    dev = jax.devices()[0]
+    return {
+        "command": "python " + " ".join([os.path.relpath(argv[0], ROOT)] + argv[1:]),
+        "git_commit": commit + ("+dirty" if dirty else ""),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": jax.default_backend(),
+        "device": dev.device_kind,
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def machine_tag() -> str:
+    import jax
+
+    kind = jax.devices()[0].device_kind.lower()
+    if "h200" in kind:
+        return "h200"
+    if jax.default_backend() == "cpu":
+        return "cpu"
+    return kind.replace(" ", "_")
+
+
+def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title: str,
+                  plot_groups: tuple[str, ...] = ("even",)) -> Path:
+    """Writes benchmarks/results/<name>.{json,md,png}; returns the JSON path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    base = RESULTS / name
+    base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    cols = ["case", "impl", "pass", "groups", "ms", value_key] + sorted(
+        {k for r in rows for k in r} - {"case", "impl", "pass", "groups", "ms", value_key})
+    lines = [f"# {title}", "", f"Command: `{meta['command']}`  ", f"Commit: `{meta['git_commit']}`  ",
+             f"Device: {meta['device']} ({meta['backend']}), jax {meta['jax']}, jaxlib {meta['jaxlib']}, "
+             f"{meta['date']}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    base.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    _plot(base.with_suffix(".png"), meta, rows, value_key, title)
+    return base.with_suffix(".json")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _plot(path: Path, meta: dict, rows: list[dict], value_key: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = sorted({(r["impl"], r["pass"], r["groups"]) for r in rows if r.get(value_key) is not None})
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(cases)), 5))
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        vals = [next((r[value_key] for r in rows if (r["impl"], r["pass"], r["groups"]) == s and r["case"] == c),
+                     0.0) or 0.0 for c in cases]
+        ax.bar(np.arange(len(cases)) + i * width, vals, width, label="/".join(s))
+    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2)
+    ax.set_xticklabels(cases, rotation=15, ha="right", fontsize=8)
+    ax.set_ylabel(value_key)
+    ax.set_title(f"{title}\n{meta['device']}, jax {meta['jax']}, {meta['git_commit'][:10]}", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.text(0.01, 0.01, meta["command"], fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

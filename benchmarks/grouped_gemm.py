@@ -1,0 +1,160 @@
+"""Grouped GEMM benchmark: ours vs XLA ragged_dot, tokamax, a dense matmul of equal FLOPs, torch._grouped_mm
+(separate process, when torch is importable) and a copy for bandwidth, on the shapes of shapes.json.
+
+  python benchmarks/grouped_gemm.py                 # on the GPU: all shapes, even+skew, fwd+fwd_bwd
+  python benchmarks/grouped_gemm.py --cpu-scale 16  # on CPU: shapes scaled down 16x in M, K, N
+
+Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jax_moe_ffi as jmf  # noqa: E402
+
+
+def import_tokamax():
+    try:
+        for n in ("xprof", "xprof.cli", "xprof.cli.tools"):  # tokamax imports xprof for its own profiler only
+            sys.modules.setdefault(n, types.ModuleType(n))
+        sys.modules["xprof.cli.tools"].get_kernel_stats_tool = lambda *a, **k: None
+        import tokamax
+        return tokamax
+    except Exception as e:  # noqa: BLE001
+        print(f"tokamax not importable: {e}")
+        return None
+
+
+def impls(tokamax, dtype):
+    out = {
+        "ours": lambda a, b, s: jmf.grouped_matmul(a, b, s, preferred_element_type=dtype),
+        "xla_ragged_dot": lambda a, b, s: jax.lax.ragged_dot(a, b, s, preferred_element_type=dtype),
+    }
+    if tokamax is not None:
+        out["tokamax"] = lambda a, b, s: tokamax.ragged_dot(a, b, s, preferred_element_type=dtype,
+                                                            implementation="mosaic")
+    return out
+
+
+def fwd_bwd(f):
+    """One forward, dgrad and wgrad (value_and_grad w.r.t. both operands with a fixed cotangent)."""
+    def run(a, b, s, cot):
+        out, vjp = jax.vjp(lambda a, b: f(a, b, s), a, b)
+        return out, vjp(cot)
+    return run
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu-scale", type=int, default=0, help="divide M, K, N by this (CPU runs)")
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
+    ap.add_argument("--groups", default="even,skew")
+    ap.add_argument("--passes", default="fwd,fwd_bwd")
+    ap.add_argument("--skip", default="", help="comma-separated impls to skip")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default="", help="result name (default grouped_gemm_<machine>)")
+    args = ap.parse_args(argv)
+
+    shapes = _common.load_shapes()
+    dtype = jnp.bfloat16
+    on_gpu = jax.default_backend() == "gpu"
+    tokamax = import_tokamax() if on_gpu else None
+    fns = {k: v for k, v in impls(tokamax, dtype).items() if k not in args.skip.split(",")}
+    rows = []
+    rng = np.random.default_rng(0)
+    for case in shapes["grouped_gemm"]:
+        if args.cases and not any(c in case["name"] for c in args.cases.split(",")):
+            continue
+        m, k, n, g = case["M"], case["K"], case["N"], case["G"]
+        if args.cpu_scale:
+            m, k, n = m // args.cpu_scale, max(8, k // args.cpu_scale), max(8, n // args.cpu_scale)
+        lhs = jnp.asarray(rng.standard_normal((m, k)), dtype)
+        rhs = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), dtype)
+        cot = jnp.asarray(rng.standard_normal((m, n)), dtype)
+        flops = 2.0 * m * k * n
+        for kind in args.groups.split(","):
+            sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
+            for p in args.passes.split(","):
+                for name, f in fns.items():
+                    fn = jax.jit(f) if p == "fwd" else jax.jit(fwd_bwd(f))
+                    a = (lhs, rhs, sizes) if p == "fwd" else (lhs, rhs, sizes, cot)
+                    try:
+                        ms = _common.time_ms(fn, *a)
+                    except Exception as e:  # noqa: BLE001 - a failing anchor is reported, not fatal
+                        print(f"{case['name']} {name} {p} {kind}: FAILED {type(e).__name__}: {str(e)[:200]}")
+                        continue
+                    tf = (flops if p == "fwd" else 3 * flops) / ms / 1e9
+                    rows.append({"case": case["name"], "impl": name, "pass": p, "groups": kind, "ms": ms,
+                                 "tflops": tf, "M": m, "K": k, "N": n, "G": g})
+                    print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms {tf:9.3f} TFLOP/s",
+                          flush=True)
+        # anchors independent of the grouping: a dense matmul of equal FLOPs and a copy
+        dense = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=dtype))
+        ms = _common.time_ms(dense, lhs, rhs[0])
+        rows.append({"case": case["name"], "impl": "dense", "pass": "fwd", "groups": "even", "ms": ms,
+                     "tflops": flops / ms / 1e9})
+        copy = jax.jit(lambda a: a * 2)
+        big = jnp.asarray(rng.standard_normal((g, k, n)), dtype)
+        ms = _common.time_ms(copy, big)
+        rows.append({"case": case["name"], "impl": "copy", "pass": "fwd", "groups": "even", "ms": ms,
+                     "gbps": 2 * big.size * 2 / ms / 1e6})
+    if on_gpu and not args.no_torch:
+        rows += torch_rows(args)
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/grouped_gemm.py"] + argv)
+    meta["dtype"] = "bfloat16"
+    meta["cuda_library"] = jmf._registry.cuda_library_path
+    if tokamax is not None:
+        meta["tokamax"] = getattr(tokamax, "__version__", "?")
+    name = args.out or f"grouped_gemm_{_common.machine_tag()}"
+    path = _common.write_results(name, meta, rows, "tflops", "Grouped GEMM, bf16 (TFLOP/s)")
+    print(f"wrote {path}")
+    summarize(rows)
+
+
+def torch_rows(args) -> list[dict]:
+    script = Path(__file__).with_name("torch_grouped_mm.py")
+    cmd = [sys.executable, str(script), "--groups", args.groups, "--passes", args.passes]
+    if args.cases:
+        cmd += ["--cases", args.cases]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    print(res.stderr[-2000:])
+    rows = []
+    for line in res.stdout.splitlines():
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+            r = rows[-1]
+            print(f"{r['case']:>30} {r['groups']:>4} {r['pass']:>7} {r['impl']:>15} {r['ms']:9.3f} ms "
+                  f"{r['tflops']:8.1f} TFLOP/s")
+    return rows
+
+
+def summarize(rows):
+    """Same-run ratios against the targets of the GPU grouped GEMM issue."""
+    by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
+    for (case, impl, p, kind), r in by.items():
+        if impl != "ours":
+            continue
+        parts = []
+        for peer in ("torch_grouped_mm", "tokamax", "xla_ragged_dot"):
+            o = by.get((case, peer, p, kind))
+            if o:
+                parts.append(f"{r['tflops'] / o['tflops']:.2f}x {peer}")
+        if kind == "skew" and (case, "ours", p, "even") in by:
+            parts.append(f"skew/even {r['tflops'] / by[(case, 'ours', p, 'even')]['tflops']:.2f}")
+        print(f"{case:>30} {kind:>4} {p:>7}: {r['tflops']:.0f} TFLOP/s; " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

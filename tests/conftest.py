@@ -1,0 +1,19 @@
+import os
+
+import jax
+import pytest
+from hypothesis import HealthCheck, settings
+
+jax.config.update("jax_enable_x64", False)
+
+settings.register_profile("ci", max_examples=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    on_gpu = jax.default_backend() == "gpu"
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the H200 with -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords and not on_gpu:
+            item.add_marker(skip_gpu)
