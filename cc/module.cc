@@ -10,6 +10,11 @@ namespace nb = nanobind;
 // cpu/grouped_gemm.cc
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmWgradCpu);
+// cpu/dispatch.cc
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiDispatchPlanCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiDispatchCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineBwdCpu);
 
 namespace {
 
@@ -22,6 +27,10 @@ nb::dict targets() {
   nb::dict d;
   d["jax_moe_ffi_grouped_gemm"] = encapsulate(JaxMoeFfiGroupedGemmCpu);
   d["jax_moe_ffi_grouped_gemm_wgrad"] = encapsulate(JaxMoeFfiGroupedGemmWgradCpu);
+  d["jax_moe_ffi_dispatch_plan"] = encapsulate(JaxMoeFfiDispatchPlanCpu);
+  d["jax_moe_ffi_dispatch"] = encapsulate(JaxMoeFfiDispatchCpu);
+  d["jax_moe_ffi_combine"] = encapsulate(JaxMoeFfiCombineCpu);
+  d["jax_moe_ffi_combine_bwd"] = encapsulate(JaxMoeFfiCombineBwdCpu);
   return d;
 }
 

@@ -2,7 +2,6 @@
 layer on `grouped_matmul`: numerics check, what XLA runs before/after, and timing."""
 from __future__ import annotations
 
-import re
 import time
 
 import jax
@@ -10,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_moe_ffi import _registry, models
+from jax_moe_ffi.inspect import summarize_hlo
 
 
 def _time(fn, *args, reps=10):
@@ -23,10 +23,7 @@ def _time(fn, *args, reps=10):
 
 
 def _hlo_summary(fn, *args) -> str:
-    text = fn.lower(*args).compile().as_text()
-    calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', text)))
-    dots = len(re.findall(r"\bdot\(", text))
-    return f"{dots} dot ops, custom calls: {', '.join(calls) or 'none'}"
+    return str(summarize_hlo(fn.lower(*args).compile().as_text()))
 
 
 def run_demo(args) -> int:

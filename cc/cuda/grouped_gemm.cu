@@ -1,0 +1,740 @@
+// CUDA (SM90a / Hopper) grouped GEMM handlers for jax_moe_ffi.
+//
+// Exported XLA typed-FFI handlers (plain C symbols, loaded from Python with ctypes and registered
+// with jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(lib.Symbol), platform="CUDA")):
+//
+//   JaxMoeFfiGroupedGemmCuda       -> target "jax_moe_ffi_grouped_gemm"
+//       out[M,N] = lhs[rows_g, :] . rhs[g]      (rhs [G,K,N], transpose_rhs = false)
+//       out[M,N] = lhs[rows_g, :] . rhs[g]^T    (rhs [G,N,K], transpose_rhs = true: the dgrad)
+//       rows at/after the clipped total of group_sizes are written as zero.
+//   JaxMoeFfiGroupedGemmWgradCuda  -> target "jax_moe_ffi_grouped_gemm_wgrad"
+//       out[g] = lhs[rows_g, :]^T . dout[rows_g, :]   (out [G,K,N]); empty groups are zero.
+//
+// How one call runs (everything stream-ordered on XLA's stream; group sizes never leave the GPU):
+//   1. a one-block setup kernel scans group_sizes and writes, for every group, the CUTLASS problem
+//      shape, base pointers and strides into FFI scratch memory;
+//   2. a zero kernel writes the rows / groups that no GEMM tile covers (it reads the sizes itself);
+//   3. one CUTLASS pointer-array grouped GEMM (TMA + warp-specialised, persistent) does the math.
+//      It is launched with device-only problem shapes, so its grid is the persistent grid
+//      (<= #SMs CTAs) and its tile scheduler walks the groups on the device.
+//
+// Not declared command-buffer (CUDA graph) compatible: see NOTES.md ("Command buffers"). In short,
+// XLA frees FFI scratch memory as soon as the handler returns, so a captured graph would keep
+// pointers to freed scratch.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "common/ffi_helpers.h"
+#include "cuda/grouped_gemm_kernels.cuh"
+#include "xla/ffi/api/ffi.h"
+
+// Exported symbols get default visibility explicitly, so the library also works when built with
+// -fvisibility=hidden (declaration before XLA_FFI_DEFINE_HANDLER_SYMBOL's definition).
+#define JMF_EXPORT extern "C" __attribute__((visibility("default")))
+JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmCuda(XLA_FFI_CallFrame* call_frame);
+JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmWgradCuda(XLA_FFI_CallFrame* call_frame);
+JMF_EXPORT int jax_moe_ffi_cuda_abi_version();
+
+namespace jax_moe_ffi {
+namespace cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Error helpers
+// ---------------------------------------------------------------------------------------------
+
+ffi::Error CudaError(const char* what, cudaError_t err) {
+  return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in ") + what +
+                                                   ": " + cudaGetErrorName(err) + ": " +
+                                                   cudaGetErrorString(err));
+}
+
+#define JMF_CUDA_CHECK(expr)                                   \
+  do {                                                         \
+    cudaError_t jmf_err_ = (expr);                             \
+    if (jmf_err_ != cudaSuccess) return CudaError(#expr, jmf_err_); \
+  } while (0)
+
+// Kernel launches report configuration errors through cudaGetLastError().
+#define JMF_CUDA_CHECK_LAUNCH(name)                            \
+  do {                                                         \
+    cudaError_t jmf_err_ = cudaGetLastError();                 \
+    if (jmf_err_ != cudaSuccess) return CudaError(name, jmf_err_); \
+  } while (0)
+
+#define JMF_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ffi::Error jmf_status_ = (expr);           \
+    if (jmf_status_.failure()) return jmf_status_; \
+  } while (0)
+
+std::string DtypeName(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::BF16: return "bf16";
+    case ffi::DataType::F16: return "f16";
+    case ffi::DataType::F32: return "f32";
+    case ffi::DataType::F64: return "f64";
+    case ffi::DataType::S32: return "s32";
+    case ffi::DataType::S64: return "s64";
+    case ffi::DataType::S8: return "s8";
+    case ffi::DataType::U8: return "u8";
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::F8E4M3FN: return "f8e4m3fn";
+    case ffi::DataType::F8E5M2: return "f8e5m2";
+    default: return "dtype#" + std::to_string(static_cast<int>(t));
+  }
+}
+
+bool IsHalfType(ffi::DataType t) {
+  return t == ffi::DataType::BF16 || t == ffi::DataType::F16;
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t RoundUp(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+// ---------------------------------------------------------------------------------------------
+// Device properties (cached per device: cudaDeviceGetAttribute is cheap but not free)
+// ---------------------------------------------------------------------------------------------
+
+struct DeviceInfo {
+  int device = 0;
+  int sm_count = 0;
+};
+
+ffi::Error GetDeviceInfo(DeviceInfo* info) {
+  // XLA makes the stream's device current on the calling thread.
+  int device = 0;
+  JMF_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::unordered_map<int, int>* sm_counts = new std::unordered_map<int, int>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = sm_counts->find(device);
+  if (it == sm_counts->end()) {
+    int major = 0, minor = 0, sms = 0;
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    // The kernels are compiled for sm_90a only (wgmma / TMA multicast / setmaxnreg are
+    // arch-specific and do not run on sm_100+), so refuse anything else with a clear message.
+    if (major != 9 || minor != 0) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        "jax_moe_ffi: the CUDA grouped GEMM is built for sm_90a (H100/H200); "
+                        "device " + std::to_string(device) + " has compute capability " +
+                            std::to_string(major) + "." + std::to_string(minor));
+    }
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = sm_counts->emplace(device, sms).first;
+  }
+  info->device = device;
+  info->sm_count = it->second;
+  return ffi::Error::Success();
+}
+
+// Per (kernel, device) one-time setup: opt in to the kernel's large dynamic shared memory and ask
+// the driver how many clusters can be co-resident. The persistent grid must not exceed that
+// number of clusters: a cluster that cannot start until another one has *finished all of its
+// tiles* would double the runtime. (CUTLASS falls back to a GPC-size heuristic when this is 0.)
+template <class Kernel>
+ffi::Error PrepareKernel(int device, int* max_active_clusters) {
+  static std::mutex mu;
+  static std::unordered_map<int, int>* cache = new std::unordered_map<int, int>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(device);
+  if (it != cache->end()) {
+    *max_active_clusters = it->second;
+    return ffi::Error::Success();
+  }
+  const void* fn = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  JMF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), cute::size<2>(Cluster{}));
+  cfg.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
+  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
+  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not fatal: clear it and let CUTLASS use its heuristic
+    clusters = 0;
+  }
+  cache->emplace(device, clusters);
+  *max_active_clusters = clusters;
+  return ffi::Error::Success();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device-side setup: group_sizes -> per-group problem shapes, pointers, strides
+// ---------------------------------------------------------------------------------------------
+
+enum class Op { kForward, kDgrad, kWgrad };
+
+// Per-group device arrays handed to the CUTLASS kernel (all carved out of one scratch block).
+template <class GemmDef>
+struct GroupArrays {
+  using Kernel = typename GemmDef::Kernel;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementD = typename Kernel::ElementD;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape = typename GroupShape::UnderlyingProblemShape;
+
+  Shape* shapes;
+  const ElementA** ptr_a;
+  const ElementB** ptr_b;
+  ElementD** ptr_d;
+  StrideA* stride_a;
+  StrideB* stride_b;
+  StrideD* stride_d;
+  int32_t* rows;   // clipped row count of each group (0: empty group)
+  int64_t* total;  // clipped total rows = first row of out[M,N] that no group covers
+};
+
+// Every packed stride used here has exactly one run-time component (the leading dimension) in
+// mode 0 or 1; mode 2 (batch) is the static 0 of the grouped kernels. Set that component.
+template <class Stride>
+__device__ __forceinline__ Stride StrideWithLd(int64_t ld) {
+  using M0 = cute::remove_cvref_t<decltype(cute::get<0>(Stride{}))>;
+  using M1 = cute::remove_cvref_t<decltype(cute::get<1>(Stride{}))>;
+  static_assert(cute::is_static<M0>::value != cute::is_static<M1>::value,
+                "expected exactly one dynamic stride mode among (0, 1)");
+  static_assert(cute::is_static<cute::remove_cvref_t<decltype(cute::get<2>(Stride{}))>>::value,
+                "expected a static batch stride");
+  Stride s{};
+  if constexpr (cute::is_static<M0>::value) {
+    cute::get<1>(s) = ld;
+  } else {
+    cute::get<0>(s) = ld;
+  }
+  return s;
+}
+
+constexpr int kSetupThreads = 256;
+
+// Exclusive prefix sum over the block (all kSetupThreads threads must call it).
+__device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_offsets,
+                                                     int64_t* block_total) {
+  constexpr int kWarps = kSetupThreads / 32;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  int64_t incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int64_t t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  if (lane == 31) warp_offsets[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int64_t w = lane < kWarps ? warp_offsets[lane] : 0;
+    int64_t wincl = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      int64_t t = __shfl_up_sync(0xffffffffu, wincl, o);
+      if (lane >= o) wincl += t;
+    }
+    if (lane < kWarps) warp_offsets[lane] = wincl - w;
+    if (lane == kWarps - 1) *block_total = wincl;
+  }
+  __syncthreads();
+  return incl - v + warp_offsets[warp];
+}
+
+// One block. Group g gets rows [begin_g, end_g) from clip_group (the shared CPU/CUDA rule).
+//
+// clip_group is specified with a *running clipped* start (start_{g+1} = end_g). Because clipped
+// sizes are >= 0, that start equals min(P_g, M) where P_g is the plain prefix sum of the
+// non-negative sizes, and clip_group(P_g, size, M) clips P_g itself; so a parallel scan of
+// max(size, 0) followed by clip_group gives exactly the sequential rows.
+//
+//   forward/dgrad: problem (m_g, N, K); A = lhs + begin*K, B = rhs + g*K*N, D = out + begin*N
+//   wgrad        : problem (K, N, m_g) or (0, 0, 0) when m_g == 0 (a zero-size problem gets no
+//                  tiles from the scheduler; the zero kernel writes that group);
+//                  A = lhs + begin*K (read as K x m_g, column-major), B = dout + begin*N,
+//                  D = out + g*K*N
+template <class GemmDef>
+__global__ void __launch_bounds__(kSetupThreads)
+    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, const int32_t* __restrict__ sizes,
+                      int64_t num_groups, int64_t m, int64_t k, int64_t n,
+                      const typename GroupArrays<GemmDef>::ElementA* a,
+                      const typename GroupArrays<GemmDef>::ElementB* b,
+                      typename GroupArrays<GemmDef>::ElementD* d) {
+  using Arr = GroupArrays<GemmDef>;
+  __shared__ int64_t warp_offsets[kSetupThreads / 32];
+  __shared__ int64_t chunk_total;
+
+  const int64_t ld_a = k;                              // lhs rows
+  const int64_t ld_b = op == Op::kDgrad ? k : n;       // rhs[g] rows ([N,K] for dgrad) / dout rows
+  const int64_t ld_d = n;                              // out rows
+
+  int64_t carry = 0;  // prefix sum of max(size, 0) over previous chunks (same in all threads)
+  for (int64_t base = 0; base < num_groups; base += kSetupThreads) {
+    const int64_t g = base + threadIdx.x;
+    const int32_t size = g < num_groups ? sizes[g] : 0;
+    const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
+    if (g < num_groups) {
+      const GroupRows r = clip_group(carry + excl, size, m);
+      const int64_t rows = r.end - r.begin;
+      arr.rows[g] = static_cast<int32_t>(rows);
+      arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
+      arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
+      arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(ld_d);
+      arr.ptr_a[g] = a + r.begin * k;
+      if (op == Op::kWgrad) {
+        arr.shapes[g] = rows > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n),
+                                                       static_cast<int>(rows))
+                                 : typename Arr::Shape(0, 0, 0);
+        arr.ptr_b[g] = b + r.begin * n;
+        arr.ptr_d[g] = d + g * k * n;
+      } else {
+        // rows == 0 gives zero tiles along M: the scheduler skips the group.
+        arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
+                                            static_cast<int>(k));
+        arr.ptr_b[g] = b + g * k * n;
+        arr.ptr_d[g] = d + r.begin * n;
+      }
+    }
+    carry += chunk_total;
+    __syncthreads();  // everyone has read chunk_total / warp_offsets before they are rewritten
+  }
+  if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero kernels (16-byte stores; every row of out is a multiple of 16 bytes since N % 8 == 0)
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kZeroThreads = 256;
+
+// Forward/dgrad: rows [total, M) of out[M,N] belong to no group.
+__global__ void __launch_bounds__(kZeroThreads)
+    ZeroTailRowsKernel(uint4* __restrict__ out, const int64_t* __restrict__ total_rows,
+                       int64_t vecs_per_row, int64_t total_vecs) {
+  const int64_t begin = *total_rows * vecs_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < total_vecs; i += stride) {
+    out[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Wgrad: out[g] = 0 for every group with no rows (the GEMM has a zero-size problem there).
+__global__ void __launch_bounds__(kZeroThreads)
+    ZeroEmptyGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ rows,
+                          int64_t num_groups, int64_t vecs_per_group) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = blockIdx.y; g < num_groups; g += gridDim.y) {
+    if (rows[g] != 0) continue;
+    uint4* o = out + g * vecs_per_group;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < vecs_per_group; i += stride) {
+      o[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One grouped GEMM call
+// ---------------------------------------------------------------------------------------------
+
+struct GemmCall {
+  Op op;
+  const void* a;  // lhs [M,K]
+  const void* b;  // rhs [G,K,N] / [G,N,K] (forward / dgrad) or dout [M,N] (wgrad)
+  void* d;        // out [M,N] (forward / dgrad) or [G,K,N] (wgrad)
+  size_t out_elem_bytes;
+  const int32_t* sizes;
+  int64_t m, k, n, g;
+};
+
+template <class GemmDef>
+ffi::Error RunGroupedGemm(cudaStream_t stream, ffi::ScratchAllocator& scratch,
+                          const GemmCall& c, const DeviceInfo& dev) {
+  using Kernel = typename GemmDef::Kernel;
+  using Arr = GroupArrays<GemmDef>;
+
+  int max_active_clusters = 0;
+  JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
+
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.hw_info.device_id = dev.device;
+  args.hw_info.sm_count = dev.sm_count;
+  args.hw_info.max_active_clusters = max_active_clusters;
+  // CUTLASS's workspace holds per-SM copies of the TMA descriptors that the kernel rewrites when
+  // it moves to another group; its size depends only on hw_info.sm_count.
+  const size_t workspace_bytes = Kernel::get_workspace_size(args);
+
+  // Carve one scratch block; 128-byte aligned pieces (TMA descriptors need 64).
+  const size_t ng = static_cast<size_t>(c.g);
+  size_t offset = 0;
+  auto carve = [&offset](size_t bytes) {
+    size_t at = offset;
+    offset = RoundUp(offset + bytes, 128);
+    return at;
+  };
+  const size_t o_shapes = carve(ng * sizeof(typename Arr::Shape));
+  const size_t o_ptr_a = carve(ng * sizeof(void*));
+  const size_t o_ptr_b = carve(ng * sizeof(void*));
+  const size_t o_ptr_d = carve(ng * sizeof(void*));
+  const size_t o_stride_a = carve(ng * sizeof(typename Arr::StrideA));
+  const size_t o_stride_b = carve(ng * sizeof(typename Arr::StrideB));
+  const size_t o_stride_d = carve(ng * sizeof(typename Arr::StrideD));
+  const size_t o_rows = carve(ng * sizeof(int32_t));
+  const size_t o_total = carve(sizeof(int64_t));
+  const size_t o_workspace = carve(workspace_bytes);
+
+  std::optional<void*> mem = scratch.Allocate(offset, 256);
+  if (!mem.has_value() || *mem == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                      "jax_moe_ffi: failed to allocate " + std::to_string(offset) +
+                          " bytes of scratch memory for the grouped GEMM");
+  }
+  char* base = static_cast<char*>(*mem);
+  Arr arr;
+  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
+  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
+  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
+  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
+  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
+  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
+  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  arr.rows = reinterpret_cast<int32_t*>(base + o_rows);
+  arr.total = reinterpret_cast<int64_t*>(base + o_total);
+  void* workspace = base + o_workspace;
+
+  // 1. Per-group metadata.
+  SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
+      arr, c.op, c.sizes, c.g, c.m, c.k, c.n,
+      static_cast<const typename Arr::ElementA*>(c.a),
+      static_cast<const typename Arr::ElementB*>(c.b),
+      static_cast<typename Arr::ElementD*>(c.d));
+  JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
+
+  // 2. Zero what the GEMM does not write. Grid sizes depend only on static shapes.
+  if (c.op == Op::kWgrad) {
+    const int64_t vecs_per_group = c.k * c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
+    const int64_t gy = c.g < 65535 ? c.g : 65535;
+    int64_t gx = CeilDiv(4 * static_cast<int64_t>(dev.sm_count), gy);
+    gx = gx < 1 ? 1 : gx;
+    const int64_t gx_max = CeilDiv(vecs_per_group, kZeroThreads);
+    gx = gx > gx_max ? gx_max : gx;
+    gx = gx > 65535 ? 65535 : gx;
+    ZeroEmptyGroupsKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                            kZeroThreads, 0, stream>>>(static_cast<uint4*>(c.d), arr.rows, c.g,
+                                                       vecs_per_group);
+    JMF_CUDA_CHECK_LAUNCH("ZeroEmptyGroupsKernel launch");
+  } else {
+    const int64_t vecs_per_row = c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
+    const int64_t total_vecs = c.m * vecs_per_row;
+    int64_t blocks = CeilDiv(total_vecs, kZeroThreads);
+    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+    blocks = blocks > max_blocks ? max_blocks : blocks;
+    ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
+        static_cast<uint4*>(c.d), arr.total, vecs_per_row, total_vecs);
+    JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
+  }
+
+  // 3. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
+  // depends on the group sizes, and the scheduler launches the persistent grid.
+  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.epilogue.thread.alpha = 1.0f;  // D = 1 * acc (+ 0 * C: there is no C operand)
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+
+  if (!Kernel::can_implement(args)) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS cannot implement the grouped GEMM (") +
+                          GemmDef::ConfigT::kName + ")");
+  }
+  cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
+                          cutlassGetStatusString(st));
+  }
+  // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents
+  // and strides per group from the device arrays before its first load/store of a group.
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
+  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
+  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* kernel_args[] = {&params};
+  JMF_CUDA_CHECK(cudaLaunchKernelExC(
+      &cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args));
+  JMF_CUDA_CHECK_LAUNCH("grouped GEMM kernel launch");
+  return ffi::Error::Success();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config / dtype dispatch
+// ---------------------------------------------------------------------------------------------
+
+using RowMajor = cutlass::layout::RowMajor;
+using ColMajor = cutlass::layout::ColumnMajor;
+
+// Environment overrides, read once (for benchmarking / tuning on the target machine):
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small   forward and dgrad
+//   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop         wgrad
+const char* EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+bool UseSmallTiles(const GemmCall& c) {
+  static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+  if (choice == "large") return false;
+  if (choice == "small") return true;
+  // Host-side guess from static shapes only: average rows per group (an upper bound, as the
+  // sizes may sum to less than M). Short groups waste most of a 128-row tile.
+  return c.m <= 128 * c.g;
+}
+
+bool UseCoopWgrad() {
+  static const bool coop = std::string(EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong")) == "coop";
+  return coop;
+}
+
+template <class TIn, class TOut>
+ffi::Error DispatchOp(cudaStream_t stream, ffi::ScratchAllocator& scratch, const GemmCall& c,
+                      const DeviceInfo& dev) {
+  switch (c.op) {
+    case Op::kForward:
+      if (UseSmallTiles(c))
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, PingpongConfig>>(
+            stream, scratch, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, CoopConfig>>(
+          stream, scratch, c, dev);
+    case Op::kDgrad:
+      if (UseSmallTiles(c))
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, PingpongConfig>>(
+            stream, scratch, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, CoopConfig>>(
+          stream, scratch, c, dev);
+    case Op::kWgrad:
+      if (UseCoopWgrad())
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig>>(
+            stream, scratch, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config>>(
+          stream, scratch, c, dev);
+  }
+  return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: unknown grouped GEMM op");
+}
+
+ffi::Error DispatchTypes(ffi::DataType in_t, ffi::DataType out_t, cudaStream_t stream,
+                         ffi::ScratchAllocator& scratch, const GemmCall& c,
+                         const DeviceInfo& dev) {
+  using BF16 = cutlass::bfloat16_t;
+  using F16 = cutlass::half_t;
+  const bool f32_out = out_t == ffi::DataType::F32;
+  if (in_t == ffi::DataType::BF16) {
+    return f32_out ? DispatchOp<BF16, float>(stream, scratch, c, dev)
+                   : DispatchOp<BF16, BF16>(stream, scratch, c, dev);
+  }
+  return f32_out ? DispatchOp<F16, float>(stream, scratch, c, dev)
+                 : DispatchOp<F16, F16>(stream, scratch, c, dev);
+}
+
+// Shared dtype rules: operands both bf16 or both f16; out = input dtype or f32.
+ffi::Error CheckDtypes(const char* op, const char* a_name, ffi::DataType a_t, const char* b_name,
+                       ffi::DataType b_t, ffi::DataType out_t) {
+  if (!IsHalfType(a_t) || b_t != a_t) {
+    return invalid(std::string(op) + ": " + a_name + " and " + b_name +
+                   " must both be bf16 or both f16, got " + a_name + " " + DtypeName(a_t) +
+                   " and " + b_name + " " + DtypeName(b_t));
+  }
+  if (out_t != a_t && out_t != ffi::DataType::F32) {
+    return invalid(std::string(op) + ": out dtype must be " + DtypeName(a_t) +
+                   " (the input dtype) or f32, got " + DtypeName(out_t));
+  }
+  return ffi::Error::Success();
+}
+
+// grouped_gemm_dims() takes the sizes as an AnyBuffer; view the typed S32 buffer as one.
+ffi::AnyBuffer AsAnyBuffer(const ffi::Buffer<ffi::DataType::S32>& b, XLA_FFI_Buffer* storage) {
+  auto dims = b.dimensions();
+  storage->struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+  storage->extension_start = nullptr;
+  storage->dtype = XLA_FFI_DataType_S32;
+  storage->data = b.untyped_data();
+  storage->rank = static_cast<int64_t>(dims.size());
+  storage->dims = const_cast<int64_t*>(dims.begin());
+  return ffi::AnyBuffer(storage);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+// ---------------------------------------------------------------------------------------------
+
+ffi::Error GroupedGemmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer lhs,
+                           ffi::AnyBuffer rhs, ffi::Buffer<ffi::DataType::S32> group_sizes,
+                           ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
+  XLA_FFI_Buffer sizes_view;
+  GroupedGemmDims d;
+  JMF_RETURN_IF_ERROR(
+      grouped_gemm_dims(lhs, rhs, AsAnyBuffer(group_sizes, &sizes_view), transpose_rhs, &d));
+  JMF_RETURN_IF_ERROR(CheckDtypes("grouped_gemm", "lhs", lhs.element_type(), "rhs",
+                                  rhs.element_type(), out->element_type()));
+  auto od = out->dimensions();
+  if (od.size() != 2 || od[0] != d.m || od[1] != d.n) {
+    return invalid("grouped_gemm: out must be [M,N] = [" + std::to_string(d.m) + "," +
+                   std::to_string(d.n) + "], got " + dims_str(od));
+  }
+  // TMA needs 16-byte aligned rows: every contiguous GEMM dimension must be a multiple of 8.
+  if (d.k % 8 != 0 || d.n % 8 != 0) {
+    return invalid("grouped_gemm: K and N must be a multiple of 8 (16-byte aligned rows for TMA)"
+                   " on CUDA, got K=" + std::to_string(d.k) + " N=" + std::to_string(d.n));
+  }
+  if (d.m > kInt32Max || d.k > kInt32Max || d.n > kInt32Max || d.g > kInt32Max) {
+    return invalid("grouped_gemm: M, K, N and G must each be < 2^31 on CUDA, got M=" +
+                   std::to_string(d.m) + " K=" + std::to_string(d.k) + " N=" +
+                   std::to_string(d.n) + " G=" + std::to_string(d.g));
+  }
+  if (d.m == 0 || d.n == 0) return ffi::Error::Success();  // empty output
+  if (d.g == 0 || d.k == 0) {
+    // No group has a non-empty product: the whole output is zero.
+    JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
+    return ffi::Error::Success();
+  }
+  if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) ||
+      !Aligned16(out->untyped_data())) {
+    return invalid("grouped_gemm: lhs, rhs and out must be 16-byte aligned on CUDA");
+  }
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  GemmCall c;
+  c.op = transpose_rhs ? Op::kDgrad : Op::kForward;
+  c.a = lhs.untyped_data();
+  c.b = rhs.untyped_data();
+  c.d = out->untyped_data();
+  c.out_elem_bytes = ffi::ByteWidth(out->element_type());
+  c.sizes = group_sizes.typed_data();
+  c.m = d.m;
+  c.k = d.k;
+  c.n = d.n;
+  c.g = d.g;
+  return DispatchTypes(lhs.element_type(), out->element_type(), stream, scratch, c, dev);
+}
+
+ffi::Error GroupedGemmWgradImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                ffi::AnyBuffer lhs, ffi::AnyBuffer dout,
+                                ffi::Buffer<ffi::DataType::S32> group_sizes,
+                                ffi::Result<ffi::AnyBuffer> out) {
+  auto ld = lhs.dimensions();
+  auto dd = dout.dimensions();
+  auto sd = group_sizes.dimensions();
+  auto od = out->dimensions();
+  if (ld.size() != 2) return invalid("grouped_gemm_wgrad: lhs must be rank 2, got " + dims_str(ld));
+  if (dd.size() != 2 || dd[0] != ld[0]) {
+    return invalid("grouped_gemm_wgrad: dout must be [M,N] with M = lhs.shape[0], got lhs " +
+                   dims_str(ld) + " and dout " + dims_str(dd));
+  }
+  if (sd.size() != 1) {
+    return invalid("grouped_gemm_wgrad: group_sizes must be rank 1 [G], got " + dims_str(sd));
+  }
+  const int64_t m = ld[0], k = ld[1], n = dd[1], g = sd[0];
+  if (od.size() != 3 || od[0] != g || od[1] != k || od[2] != n) {
+    return invalid("grouped_gemm_wgrad: out must be [G,K,N] = [" + std::to_string(g) + "," +
+                   std::to_string(k) + "," + std::to_string(n) + "], got " + dims_str(od));
+  }
+  JMF_RETURN_IF_ERROR(CheckDtypes("grouped_gemm_wgrad", "lhs", lhs.element_type(), "dout",
+                                  dout.element_type(), out->element_type()));
+  if (k % 8 != 0 || n % 8 != 0) {
+    return invalid("grouped_gemm_wgrad: K and N must be a multiple of 8 (16-byte aligned rows for"
+                   " TMA) on CUDA, got K=" + std::to_string(k) + " N=" + std::to_string(n));
+  }
+  if (m > kInt32Max || k > kInt32Max || n > kInt32Max || g > kInt32Max) {
+    return invalid("grouped_gemm_wgrad: M, K, N and G must each be < 2^31 on CUDA, got M=" +
+                   std::to_string(m) + " K=" + std::to_string(k) + " N=" + std::to_string(n) +
+                   " G=" + std::to_string(g));
+  }
+  if (g == 0 || k == 0 || n == 0) return ffi::Error::Success();  // empty output
+  if (m == 0) {
+    // Every group is empty: out is all zeros.
+    JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
+    return ffi::Error::Success();
+  }
+  if (!Aligned16(lhs.untyped_data()) || !Aligned16(dout.untyped_data()) ||
+      !Aligned16(out->untyped_data())) {
+    return invalid("grouped_gemm_wgrad: lhs, dout and out must be 16-byte aligned on CUDA");
+  }
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  GemmCall c;
+  c.op = Op::kWgrad;
+  c.a = lhs.untyped_data();
+  c.b = dout.untyped_data();
+  c.d = out->untyped_data();
+  c.out_elem_bytes = ffi::ByteWidth(out->element_type());
+  c.sizes = group_sizes.typed_data();
+  c.m = m;
+  c.k = k;
+  c.n = n;
+  c.g = g;
+  return DispatchTypes(lhs.element_type(), out->element_type(), stream, scratch, c, dev);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace jax_moe_ffi
+
+// No ffi::Traits::kCmdBufferCompatible: see the header comment and NOTES.md.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCuda, jax_moe_ffi::cuda::GroupedGemmImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<xla::ffi::ScratchAllocator>()
+                                  .Arg<xla::ffi::AnyBuffer>()                      // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()                      // rhs
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
+                                  .Ret<xla::ffi::AnyBuffer>()                      // out
+                                  .Attr<bool>("transpose_rhs"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmWgradCuda,
+                              jax_moe_ffi::cuda::GroupedGemmWgradImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<xla::ffi::ScratchAllocator>()
+                                  .Arg<xla::ffi::AnyBuffer>()                      // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()                      // dout
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
+                                  .Ret<xla::ffi::AnyBuffer>());                    // out
+
+int jax_moe_ffi_cuda_abi_version() { return 1; }

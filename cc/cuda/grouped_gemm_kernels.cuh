@@ -1,0 +1,117 @@
+// CUTLASS 3.x (Hopper, SM90a) grouped-GEMM kernel types used by grouped_gemm.cu.
+//
+// Every kernel here is a pointer-array ("grouped") GEMM: one launch computes G independent
+// problems (M_g, N_g, K_g) whose shapes, base pointers and strides live in *device* arrays.
+// That lets the group sizes stay on the GPU (no device->host copy, no host sync).
+//
+// Included by exactly one translation unit (grouped_gemm.cu). Everything is in an anonymous
+// namespace so that the (many, large) template instantiations get internal linkage and do not
+// leak into the shared library's dynamic symbol table.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace jax_moe_ffi {
+namespace cuda {
+namespace {
+
+// (M, N, K) of one group, in CUTLASS's GEMM naming. The kernel reads these from device memory.
+using GroupShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+
+// --- Tile / schedule configurations ---------------------------------------------------------
+//
+// Large: cooperative (both consumer warp groups share one 128x256 tile), 2x1 cluster so that the
+// two CTAs of a cluster share (TMA-multicast) the B tile. This is the config that saturates
+// H100/H200 tensor cores on large problems; it is the default for every op.
+struct CoopConfig {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  static constexpr const char* kName = "coop_128x256x64_c2x1";
+};
+
+// Small: ping-pong (the two consumer warp groups alternate tiles, so one's epilogue overlaps the
+// other's mainloop) with 64-row tiles: used by the forward / dgrad when groups are short
+// (average rows per group <= 128), where a 128-row tile would be mostly padding. The cluster is
+// along N (1x2): the scheduler rounds each group's tile grid up to the cluster shape, and short
+// groups have 1 tile along M but many along N, so a 2x1 cluster would idle half the CTAs.
+struct PingpongConfig {
+  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  static constexpr const char* kName = "pingpong_64x128x128_c1x2";
+};
+
+// Wgrad default: ping-pong with 128x128 tiles. The wgrad contraction is over the rows of one group
+// (m_g, typically a few hundred), so each tile has a short mainloop and a comparatively large
+// epilogue (a K x N slab of f32/bf16 output); ping-pong hides one warp group's epilogue behind
+// the other's mainloop, which the cooperative schedule cannot.
+struct Pingpong128Config {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  static constexpr const char* kName = "pingpong_128x128x64_c2x1";
+};
+
+// --- Kernel assembly ----------------------------------------------------------------------
+//
+// ElementIn : bf16 or f16 (both operands). ElementOut: bf16/f16 (same as input) or float.
+// LayoutA / LayoutB in CUTLASS terms (A is M x K, B is K x N):
+//   forward : A RowMajor (lhs rows, K contiguous),   B RowMajor    (rhs[g] is K x N, N contiguous)
+//   dgrad   : A RowMajor,                            B ColumnMajor (rhs[g] is N x K, K contiguous)
+//   wgrad   : A ColumnMajor (lhs_g^T, GEMM-M = K contiguous), B RowMajor (dout_g, N contiguous)
+// D is always RowMajor (N contiguous). Accumulation is always f32.
+template <class ElementIn, class ElementOut, class LayoutA, class LayoutB, class Config>
+struct GroupedGemm {
+  using ElementAcc = float;
+  using LayoutD = cutlass::layout::RowMajor;
+
+  // TMA needs 16-byte aligned rows: 8 elements of a 16-bit type, 4 of f32.
+  static constexpr int kAlignIn = 16 / sizeof(ElementIn);
+  static constexpr int kAlignOut = 16 / sizeof(ElementOut);
+
+  // No C operand (ElementC = void): D = alpha * acc with alpha = 1. This removes the C load
+  // pipeline and its shared memory (more room for mainloop stages) and there is no beta * C.
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto,
+      ElementAcc, ElementAcc,
+      void, LayoutD*, kAlignOut,
+      ElementOut, LayoutD*, kAlignOut,
+      typename Config::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::
+      CollectiveOp;
+
+  // Pointer-to-layout tags (LayoutA*) select the grouped variant: strides become per-group
+  // device arrays of InternalStride.
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementIn, LayoutA*, kAlignIn,
+      ElementIn, LayoutB*, kAlignIn,
+      ElementAcc,
+      typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
+                                                      CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using ConfigT = Config;
+};
+
+}  // namespace
+}  // namespace cuda
+}  // namespace jax_moe_ffi

@@ -1,0 +1,387 @@
+"""Token dispatch and combine for MoE on one device: `moe_dispatch` / `moe_combine` as XLA FFI calls
+with `jax.custom_vjp`.
+
+Contract (DESIGN.md "Op contracts", issue 4):
+
+* `moe_dispatch(x[T,D], expert_ids[T,k], num_experts, *, capacity=None, keep=None, align=1)
+  -> (rows[R,D], group_sizes[E], routing)`. The T*k (token, choice) pairs are sorted by expert,
+  stable in token order then choice index (flat pair index p = t*k + j). `group_sizes` (padded to a
+  multiple of `align`) and `rows` feed `grouped_matmul` directly; `routing.counts` are the true kept
+  counts. Padding rows and rows past the padded total are zero.
+* Drops: a pair is *dropped* (not dispatched; combine gives it 0, its gradients are 0) when
+  - its expert id is out of [0, num_experts) -- documented behaviour for bad ids, never an
+    out-of-bounds access; it does not take a capacity slot;
+  - `keep` is given and `keep[t, j]` is False (an explicit mask: reproduces any library's priority
+    order, e.g. choice-major GShard top-2 or MaxText's token-major one);
+  - `capacity=C` is given and the pair's position -- the running count of earlier in-range pairs
+    of the same expert in token-major, choice-minor order -- is >= C (the GShard/Switch cumsum rule).
+  `capacity` and `keep` are alternatives: give at most one.
+* Static row count R (an upper bound of the padded total):
+  dropless / keep:  R = T*k + min(E, T*k) * (align - 1)
+  capacity C:       R = min(T*k + min(E, T*k) * (align - 1), E * round_up(C, align))
+  i.e. capacity mode uses the same compact expert-sorted layout holding only the kept pairs (not an
+  [E, C] slab), so the same grouped GEMM consumes it. See `dispatch_num_rows`.
+* `moe_combine(rows[R,D], routing, weights[T,k]) -> y[T,D]`: y[t] = sum_j w[t,j] * rows[pos[t,j]]
+  over the kept pairs, float32 accumulation in j order (deterministic, no atomics), output dtype =
+  rows dtype.
+* Gradients: dispatch's backward is an un-weighted combine (each token sums the cotangents of its
+  rows); combine's backward is a dispatch of w[t,j] * dy[t] to each pair's row plus
+  dweights[t,j] = <dy[t], rows[pos[t,j]]> (0 for dropped pairs), fused in one FFI call.
+
+`routing` (`MoeRouting`) is a registered pytree dataclass of int32 arrays only, so it crosses
+`jax.jit` / `jax.checkpoint` / `lax.scan` boundaries and can be saved or recomputed freely.
+
+FFI targets (same names on CPU and CUDA):
+  jax_moe_ffi_dispatch_plan  expert_ids[T,k] s32, keep[T,k] pred | [0]
+                             -> pos[T,k], row_pair[R], counts[E], group_sizes[E], workspace[W] (s32)
+                             attrs capacity (i64, -1 = none), align (i64), chunk (i64)
+  jax_moe_ffi_dispatch       x[T,D], row_pair[R] s32, scale[T,k] f32 | [0] -> rows[R,D]; attr top_k
+  jax_moe_ffi_combine        rows[R,D], pos[T,k] s32, weights[T,k] f32 -> y[T,D]
+  jax_moe_ffi_combine_bwd    dy[T,D], rows[R,D], row_pair[R] s32, weights[T,k] f32
+                             -> drows[R,D], dweights[T,k] f32
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_moe_ffi import _registry
+from jax_moe_ffi.ops import _common as c
+
+PLAN_TARGET = "jax_moe_ffi_dispatch_plan"
+DISPATCH_TARGET = "jax_moe_ffi_dispatch"
+COMBINE_TARGET = "jax_moe_ffi_combine"
+COMBINE_BWD_TARGET = "jax_moe_ffi_combine_bwd"
+
+_INT32_MAX = 2**31 - 1
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class MoeRouting:
+    """Where each (token, choice) pair went. Arrays only (a pytree); shapes carry T, k, R and E.
+
+    pos:         [T, k] int32, row of `rows` holding pair (t, j), or -1 when the pair is dropped.
+    row_pair:    [R] int32, flat pair index t*k + j held by each row, or -1 (padding / unused).
+    counts:      [E] int32, kept pairs per expert (the true counts).
+    group_sizes: [E] int32, counts rounded up to a multiple of `align` (what grouped_matmul takes).
+    """
+    pos: jax.Array
+    row_pair: jax.Array
+    counts: jax.Array
+    group_sizes: jax.Array
+
+    @property
+    def num_tokens(self) -> int:
+        return self.pos.shape[0]
+
+    @property
+    def top_k(self) -> int:
+        return self.pos.shape[1]
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_pair.shape[0]
+
+    @property
+    def num_experts(self) -> int:
+        return self.counts.shape[0]
+
+    @property
+    def kept(self) -> jax.Array:
+        """[T, k] bool: which pairs were dispatched."""
+        return self.pos >= 0
+
+    @property
+    def token_of_row(self) -> jax.Array:
+        """[R] int32: token of each row, -1 for padding rows."""
+        return jnp.where(self.row_pair >= 0, self.row_pair // self.top_k, -1)
+
+
+def _round_up(v: int, a: int) -> int:
+    return -(-v // a) * a
+
+
+def dispatch_num_rows(num_tokens: int, top_k: int, num_experts: int, capacity: int | None = None,
+                      align: int = 1) -> int:
+    """The static row count R of `moe_dispatch` (an upper bound of sum(group_sizes))."""
+    p = num_tokens * top_k
+    r = p + min(num_experts, p) * (align - 1)
+    if capacity is not None:
+        r = min(r, num_experts * _round_up(capacity, align))
+    return r
+
+
+def _plan_chunk(p: int) -> int:
+    """Pairs per chunk of the CUDA plan's ranking pass (a multiple of 32; at most ~1024 chunks)."""
+    return max(256, _round_up(-(-p // 1024), 32))
+
+
+# ----------------------------------------------------------------------------- platform routing
+def _cuda_ready(target: str) -> bool:
+    return target in _registry.cuda_targets
+
+
+def _on_platforms(ffi_fn, fallback_fn, target: str, *args):
+    """Runs the FFI call on CPU, and on CUDA when the kernel is loaded; else pure JAX, said once."""
+    if _cuda_ready(target):
+        return ffi_fn(*args)
+
+    def cuda_branch(*a):
+        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
+            c.warn_once(target, f"jax_moe_ffi: {target} uses a pure-JAX fallback on GPU because the CUDA "
+                                f"library is not loaded ({_registry.cuda_load_error})")
+        return fallback_fn(*a)
+
+    return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
+
+
+# ------------------------------------------------------------------------------------ FFI calls
+def _plan_call(expert_ids, keep, num_experts: int, capacity: int | None, align: int, num_rows: int):
+    t, k = expert_ids.shape
+    p = t * k
+    chunk = _plan_chunk(p)
+    workspace = -(-p // chunk) * num_experts + num_experts
+    i32 = jnp.int32
+    out_types = (jax.ShapeDtypeStruct((t, k), i32), jax.ShapeDtypeStruct((num_rows,), i32),
+                 jax.ShapeDtypeStruct((num_experts,), i32), jax.ShapeDtypeStruct((num_experts,), i32),
+                 jax.ShapeDtypeStruct((workspace,), i32))
+    call = jax.ffi.ffi_call(PLAN_TARGET, out_types, vmap_method="sequential")
+    has_keep = keep is not None
+    keep_arg = keep if has_keep else jnp.zeros((0,), jnp.bool_)
+
+    def ffi_fn(ids, kp):
+        outs = call(ids, kp, capacity=np.int64(-1 if capacity is None else capacity),
+                    align=np.int64(align), chunk=np.int64(chunk))
+        return tuple(outs[:4])
+
+    def xla_fn(ids, kp):
+        from jax_moe_ffi import reference
+        r = reference.moe_routing_reference(ids, num_experts, capacity=capacity,
+                                            keep=kp if has_keep else None, align=align)
+        return r.pos, r.row_pair, r.counts, r.group_sizes
+
+    pos, row_pair, counts, group_sizes = _on_platforms(ffi_fn, xla_fn, PLAN_TARGET, expert_ids, keep_arg)
+    return MoeRouting(pos=pos, row_pair=row_pair, counts=counts, group_sizes=group_sizes)
+
+
+def _dispatch_call(x, row_pair, scale, top_k: int, quant=None):
+    """rows[r] = x[row_pair[r] // top_k] (times scale[row_pair[r]] when given); zero where row_pair < 0.
+
+    `quant` is the seam for fused FP8 quantisation of the dispatched rows (the FP8 issue): it will
+    select a quantising store in the kernels and add data/scale results; only None for now.
+    """
+    if quant is not None:
+        raise NotImplementedError(f"moe_dispatch: fused quantisation {quant!r} is not implemented yet")
+    r = row_pair.shape[0]
+    t, d = x.shape
+    call = jax.ffi.ffi_call(DISPATCH_TARGET, jax.ShapeDtypeStruct((r, d), x.dtype), vmap_method="sequential")
+    scaled = scale is not None
+    scale_arg = scale.reshape(-1) if scaled else jnp.zeros((0,), jnp.float32)
+
+    def ffi_fn(xx, rp, sc):
+        return call(xx, rp, sc, top_k=np.int64(top_k))
+
+    def xla_fn(xx, rp, sc):
+        if t == 0:
+            return jnp.zeros((r, d), xx.dtype)
+        valid = (rp >= 0) & (rp < t * top_k)
+        src = jnp.where(valid, rp, 0)
+        g = xx[src // top_k]
+        if scaled:
+            g = (g.astype(jnp.float32) * sc[src][:, None]).astype(xx.dtype)
+        return jnp.where(valid[:, None], g, jnp.zeros((), xx.dtype))
+
+    return _on_platforms(ffi_fn, xla_fn, DISPATCH_TARGET, x, row_pair, scale_arg)
+
+
+def _combine_call(rows, pos, weights):
+    t, k = pos.shape
+    call = jax.ffi.ffi_call(COMBINE_TARGET, jax.ShapeDtypeStruct((t, rows.shape[1]), rows.dtype),
+                            vmap_method="sequential")
+
+    def xla_fn(rr, ps, w):
+        if rr.shape[0] == 0:
+            return jnp.zeros((t, rr.shape[1]), rr.dtype)
+        valid = (ps >= 0) & (ps < rr.shape[0])
+        g = rr[jnp.where(valid, ps, 0)].astype(jnp.float32)  # [T, k, D]
+        contrib = jnp.where(valid[..., None], w[..., None] * g, 0.0)
+        return contrib.sum(axis=1).astype(rr.dtype)
+
+    return _on_platforms(call, xla_fn, COMBINE_TARGET, rows, pos, weights)
+
+
+def _combine_bwd_call(dy, rows, row_pair, weights):
+    t, k = weights.shape
+    call = jax.ffi.ffi_call(COMBINE_BWD_TARGET,
+                            (jax.ShapeDtypeStruct(rows.shape, rows.dtype),
+                             jax.ShapeDtypeStruct((t, k), jnp.float32)),
+                            vmap_method="sequential")
+
+    def xla_fn(g, rr, rp, w):
+        if t == 0:
+            return jnp.zeros(rr.shape, rr.dtype), jnp.zeros((t, k), jnp.float32)
+        valid = (rp >= 0) & (rp < t * k)
+        src = jnp.where(valid, rp, 0)
+        gy = g[src // k].astype(jnp.float32)  # [R, D]
+        drows = jnp.where(valid[:, None], gy * w.reshape(-1)[src][:, None], 0.0).astype(rr.dtype)
+        dots = jnp.where(valid, jnp.sum(gy * rr.astype(jnp.float32), axis=1), 0.0)
+        dw = jnp.zeros((t * k,), jnp.float32).at[jnp.where(valid, rp, t * k)].set(dots, mode="drop")
+        return drows, dw.reshape(t, k)
+
+    return _on_platforms(call, xla_fn, COMBINE_BWD_TARGET, dy, rows, row_pair, weights)
+
+
+# ----------------------------------------------------------------------------------- custom_vjp
+def _routing_cotangent(routing: MoeRouting) -> MoeRouting:
+    return jax.tree.map(c.float0_zeros, routing)
+
+
+@jax.custom_vjp
+def _dispatch_rows(x, routing):
+    return _dispatch_call(x, routing.row_pair, None, routing.top_k)
+
+
+def _dispatch_rows_fwd(x, routing):
+    return _dispatch_rows(x, routing), routing
+
+
+def _dispatch_rows_bwd(routing, drows):
+    # Un-weighted combine: each token sums the cotangents of its kept rows (padding rows are ignored).
+    ones = jnp.ones(routing.pos.shape, jnp.float32)
+    dx = _combine(drows, routing, ones)
+    return dx, _routing_cotangent(routing)
+
+
+_dispatch_rows.defvjp(_dispatch_rows_fwd, _dispatch_rows_bwd)
+
+
+@jax.custom_vjp
+def _combine(rows, routing, weights):
+    return _combine_call(rows, routing.pos, weights)
+
+
+def _combine_fwd(rows, routing, weights):
+    return _combine(rows, routing, weights), (rows, routing, weights)
+
+
+def _combine_bwd(res, dy):
+    rows, routing, weights = res
+    drows, dw = _combine_bwd_call(dy.astype(rows.dtype), rows, routing.row_pair, weights)
+    return drows, _routing_cotangent(routing), dw
+
+
+_combine.defvjp(_combine_fwd, _combine_bwd)
+
+
+# ---------------------------------------------------------------------------------- public API
+def _static_int(op: str, name: str, v, minimum: int) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{op}: `{name}` must be a static Python int, got {type(v).__name__} {v!r}") from None
+    v = int(v)
+    if v < minimum:
+        raise ValueError(f"{op}: `{name}` must be >= {minimum}, got {v}")
+    return v
+
+
+def _check_ids(op: str, expert_ids, num_experts: int):
+    if not jnp.issubdtype(expert_ids.dtype, jnp.integer):
+        raise TypeError(f"{op}: `expert_ids` must be an integer array, got {expert_ids.dtype}")
+    if expert_ids.dtype == jnp.int32:
+        return expert_ids
+    # Map ids a cast to int32 could wrap into range onto -1 first (out of range stays out of range).
+    bad = (expert_ids < 0) | (expert_ids >= num_experts)
+    return jnp.where(bad, -1, expert_ids).astype(jnp.int32)
+
+
+def moe_routing(expert_ids, num_experts: int, *, capacity: int | None = None, keep=None,
+                align: int = 1) -> MoeRouting:
+    """The routing of `moe_dispatch` alone (which row each pair goes to, group sizes), no data moved."""
+    op = "moe_dispatch"
+    expert_ids = jnp.asarray(expert_ids)
+    num_experts = _static_int(op, "num_experts", num_experts, 1)
+    align = _static_int(op, "align", align, 1)
+    if capacity is not None:
+        capacity = _static_int(op, "capacity", capacity, 0)
+    c.check_rank(op, "expert_ids", expert_ids, 2, "[T, k]")
+    if expert_ids.shape[1] < 1:
+        raise ValueError(f"{op}: `expert_ids` must have k >= 1 choices per token, got shape {tuple(expert_ids.shape)}")
+    ids = _check_ids(op, expert_ids, num_experts)
+    if keep is not None:
+        if capacity is not None:
+            raise ValueError(f"{op}: give either `capacity` or `keep`, not both")
+        keep = jnp.asarray(keep)
+        if keep.shape != expert_ids.shape:
+            raise ValueError(f"{op}: `keep` must have the shape of `expert_ids` {tuple(expert_ids.shape)}, "
+                             f"got {tuple(keep.shape)}")
+        if keep.dtype != jnp.bool_:
+            raise TypeError(f"{op}: `keep` must be a bool mask, got {keep.dtype}")
+    t, k = ids.shape
+    r = dispatch_num_rows(t, k, num_experts, capacity, align)
+    if r > _INT32_MAX or t * k > _INT32_MAX:
+        raise ValueError(f"{op}: {r} rows / {t * k} pairs do not fit int32 indices")
+    return _plan_call(ids, keep, num_experts, capacity, align, r)
+
+
+def moe_dispatch(x, expert_ids, num_experts: int, *, capacity: int | None = None, keep=None,
+                 align: int = 1, recipe=None):
+    """Sorts token copies by expert: returns `(rows[R, D], group_sizes[E], routing)`.
+
+    Args:
+      x: [T, D] float32/bfloat16/float16 tokens.
+      expert_ids: [T, k] integer, the chosen experts of each token (duplicates allowed: each pair is
+        dispatched; ids outside [0, num_experts) are dropped).
+      num_experts: E, static.
+      capacity: static int C >= 0: pairs at position >= C of their expert (token-major, choice-minor
+        running count) are dropped. None: dropless.
+      keep: [T, k] bool, an explicit keep mask instead of `capacity`.
+      align: pad each group with zero rows to a multiple of `align` (e.g. 16, 128).
+      recipe: the seam for fused FP8 quantisation of the rows (FP8 issue); only None for now.
+    Returns:
+      rows [R, D] sorted by expert (stable in token, then choice order), zero past each group's kept
+      rows; group_sizes [E] int32 (padded) for `grouped_matmul`; routing (`MoeRouting`).
+      R = `dispatch_num_rows(T, k, E, capacity, align)`.
+    """
+    op = "moe_dispatch"
+    x = jnp.asarray(x)
+    c.check_rank(op, "x", x, 2, "[T, D]")
+    c.check_float(op, "x", x)
+    expert_ids = jnp.asarray(expert_ids)
+    c.check_rank(op, "expert_ids", expert_ids, 2, "[T, k]")
+    if expert_ids.shape[0] != x.shape[0]:
+        raise ValueError(f"{op}: `expert_ids` {tuple(expert_ids.shape)} must have one row per token of "
+                         f"`x` {tuple(x.shape)}")
+    if recipe is not None:
+        raise NotImplementedError(f"{op}: recipe={recipe!r} (fused FP8 dispatch) is not implemented yet (only None)")
+    routing = moe_routing(expert_ids, num_experts, capacity=capacity, keep=keep, align=align)
+    rows = _dispatch_rows(x, routing)
+    return rows, routing.group_sizes, routing
+
+
+def moe_combine(rows, routing: MoeRouting, weights):
+    """y[t] = sum_j weights[t, j] * rows[routing.pos[t, j]] over kept pairs: [T, D], rows' dtype.
+
+    float32 accumulation in choice order, deterministic; dropped pairs contribute 0.
+    """
+    op = "moe_combine"
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"{op}: `routing` must be the MoeRouting returned by moe_dispatch, got {type(routing).__name__}")
+    rows = jnp.asarray(rows)
+    weights = jnp.asarray(weights)
+    c.check_rank(op, "rows", rows, 2, "[R, D]")
+    c.check_float(op, "rows", rows)
+    c.check_rank(op, "weights", weights, 2, "[T, k]")
+    c.check_float(op, "weights", weights)
+    if rows.shape[0] != routing.num_rows:
+        raise ValueError(f"{op}: `rows` {tuple(rows.shape)} must have the routing's R = {routing.num_rows} rows")
+    if weights.shape != routing.pos.shape:
+        raise ValueError(f"{op}: `weights` {tuple(weights.shape)} must be [T, k] = {tuple(routing.pos.shape)}")
+    y = _combine(rows, routing, weights.astype(jnp.float32))
+    return y

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call: install carried wheels, build the CPU extension for the device's Python, load the
+# CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
+# Usage on the device: bash tools/device_session.sh "<what to run: tests,sanitize,bench,dispatch>" [bench args]
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+what="${1:-tests,bench}"; shift || true
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+log() { echo "== $(date +%T) $*"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+log "build CPU extension"
+JAX_MOE_FFI_CUDA=OFF python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build_cpu.log" 2>&1 || { tail -30 "$OUT/build_cpu.log"; exit 1; }
+if [ -f .gpu/libjax_moe_ffi_cuda.so ]; then
+  export JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so
+else
+  log "build CUDA library"
+  cmake -S . -B /tmp/cudabuild -G Ninja -DJAX_MOE_FFI_CUDA=ON -DPython_EXECUTABLE=$(command -v python3) \
+     -DCUTLASS_INCLUDE_DIR=/tmp/site/cutlass_library/source/include > "$OUT/build_cuda.log" 2>&1 \
+   && cmake --build /tmp/cudabuild --target jax_moe_ffi_cuda -j 16 >> "$OUT/build_cuda.log" 2>&1 \
+   || { tail -40 "$OUT/build_cuda.log"; exit 1; }
+  export JAX_MOE_FFI_CUDA_LIB=/tmp/cudabuild/libjax_moe_ffi_cuda.so
+fi
+python3 -c "import jax_moe_ffi as j; print('cuda targets', j._registry.cuda_targets, j._registry.cuda_load_error)"
+if [[ ",$what," == *",tests,"* ]]; then
+  log "GPU tests"
+  timeout 420 python3 -m pytest -m gpu -q -x tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+fi
+if [[ ",$what," == *",sanitize,"* ]]; then
+  log "compute-sanitizer"
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
+    echo "$tool rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
+  done
+fi
+if [[ ",$what," == *",bench,"* ]]; then
+  log "benchmark grouped gemm"
+  timeout 500 python3 benchmarks/grouped_gemm.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -45
+  cp benchmarks/results/grouped_gemm_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",dispatch,"* ]]; then
+  log "benchmark dispatch"
+  timeout 300 python3 benchmarks/dispatch.py 2>&1 | tee "$OUT/dispatch.log" | tail -20
+  cp benchmarks/results/dispatch_h200.* "$OUT/" 2>/dev/null
+fi
+log done
