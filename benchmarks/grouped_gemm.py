@@ -64,6 +64,8 @@ def main(argv=None):
     ap.add_argument("--passes", default="fwd,fwd_bwd")
     ap.add_argument("--skip", default="", help="comma-separated impls to skip")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--anchor-groups", default="even,skew",
+                    help="group kinds on which the slow anchors (xla_ragged_dot, tokamax) run")
     ap.add_argument("--out", default="", help="result name (default grouped_gemm_<machine>)")
     args = ap.parse_args(argv)
 
@@ -88,6 +90,8 @@ def main(argv=None):
             sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
             for p in args.passes.split(","):
                 for name, f in fns.items():
+                    if name in ("xla_ragged_dot", "tokamax") and kind not in args.anchor_groups.split(","):
+                        continue
                     fn = jax.jit(f) if p == "fwd" else jax.jit(fwd_bwd(f))
                     a = (lhs, rhs, sizes) if p == "fwd" else (lhs, rhs, sizes, cot)
                     try:

@@ -12,15 +12,14 @@
 //
 // How one call runs (everything stream-ordered on XLA's stream; group sizes never leave the GPU):
 //   1. a one-block setup kernel scans group_sizes and writes, for every group, the CUTLASS problem
-//      shape, base pointers and strides into FFI scratch memory;
+//      shape, base pointers and strides into the workspace (a u8 output of the call);
 //   2. a zero kernel writes the rows / groups that no GEMM tile covers (it reads the sizes itself);
 //   3. one CUTLASS pointer-array grouped GEMM (TMA + warp-specialised, persistent) does the math.
 //      It is launched with device-only problem shapes, so its grid is the persistent grid
 //      (<= #SMs CTAs) and its tile scheduler walks the groups on the device.
 //
-// Not declared command-buffer (CUDA graph) compatible: see NOTES.md ("Command buffers"). In short,
-// XLA frees FFI scratch memory as soon as the handler returns, so a captured graph would keep
-// pointers to freed scratch.
+// Declared command-buffer (CUDA graph) compatible: the workspace is an XLA-owned output rather than
+// FFI scratch memory (which XLA frees when the handler returns, and a replayed graph would use).
 
 #include <cuda_runtime.h>
 
@@ -41,7 +40,6 @@
 #define JMF_EXPORT extern "C" __attribute__((visibility("default")))
 JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmCuda(XLA_FFI_CallFrame* call_frame);
 JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmWgradCuda(XLA_FFI_CallFrame* call_frame);
-JMF_EXPORT int jax_moe_ffi_cuda_abi_version();
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -187,7 +185,7 @@ ffi::Error PrepareKernel(int device, int* max_active_clusters) {
 
 enum class Op { kForward, kDgrad, kWgrad };
 
-// Per-group device arrays handed to the CUTLASS kernel (all carved out of one scratch block).
+// Per-group device arrays handed to the CUTLASS kernel (all carved out of the workspace).
 template <class GemmDef>
 struct GroupArrays {
   using Kernel = typename GemmDef::Kernel;
@@ -367,9 +365,17 @@ struct GemmCall {
   int64_t m, k, n, g;
 };
 
+// Device memory for the per-group arrays and CUTLASS's workspace: a u8 output of the custom call
+// (sized by Python, see ops/grouped_gemm.py). XLA owns it, so its address stays valid when the call
+// is replayed from a CUDA graph (FFI scratch memory would be freed when the handler returns).
+struct Workspace {
+  void* ptr;
+  size_t bytes;
+};
+
 template <class GemmDef>
-ffi::Error RunGroupedGemm(cudaStream_t stream, ffi::ScratchAllocator& scratch,
-                          const GemmCall& c, const DeviceInfo& dev) {
+ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
+                          const DeviceInfo& dev) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = GroupArrays<GemmDef>;
 
@@ -385,7 +391,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   // it moves to another group; its size depends only on hw_info.sm_count.
   const size_t workspace_bytes = Kernel::get_workspace_size(args);
 
-  // Carve one scratch block; 128-byte aligned pieces (TMA descriptors need 64).
+  // Carve the workspace; 128-byte aligned pieces (TMA descriptors need 64).
   const size_t ng = static_cast<size_t>(c.g);
   size_t offset = 0;
   auto carve = [&offset](size_t bytes) {
@@ -404,13 +410,12 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   const size_t o_total = carve(sizeof(int64_t));
   const size_t o_workspace = carve(workspace_bytes);
 
-  std::optional<void*> mem = scratch.Allocate(offset, 256);
-  if (!mem.has_value() || *mem == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                      "jax_moe_ffi: failed to allocate " + std::to_string(offset) +
-                          " bytes of scratch memory for the grouped GEMM");
+  if (offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
+    return invalid("grouped_gemm: the workspace output has " + std::to_string(ws.bytes) +
+                   " bytes (256-byte aligned needed), this call needs " + std::to_string(offset) +
+                   " (G=" + std::to_string(c.g) + ", " + std::to_string(dev.sm_count) + " SMs)");
   }
-  char* base = static_cast<char*>(*mem);
+  char* base = static_cast<char*>(ws.ptr);
   Arr arr;
   arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
   arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
@@ -534,43 +539,43 @@ bool UseCoopWgrad() {
 }
 
 template <class TIn, class TOut>
-ffi::Error DispatchOp(cudaStream_t stream, ffi::ScratchAllocator& scratch, const GemmCall& c,
+ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                       const DeviceInfo& dev) {
   switch (c.op) {
     case Op::kForward:
       if (UseSmallTiles(c))
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, PingpongConfig>>(
-            stream, scratch, c, dev);
+            stream, ws, c, dev);
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, CoopConfig>>(
-          stream, scratch, c, dev);
+          stream, ws, c, dev);
     case Op::kDgrad:
       if (UseSmallTiles(c))
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, PingpongConfig>>(
-            stream, scratch, c, dev);
+            stream, ws, c, dev);
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, CoopConfig>>(
-          stream, scratch, c, dev);
+          stream, ws, c, dev);
     case Op::kWgrad:
       if (UseCoopWgrad())
         return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig>>(
-            stream, scratch, c, dev);
+            stream, ws, c, dev);
       return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config>>(
-          stream, scratch, c, dev);
+          stream, ws, c, dev);
   }
   return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: unknown grouped GEMM op");
 }
 
 ffi::Error DispatchTypes(ffi::DataType in_t, ffi::DataType out_t, cudaStream_t stream,
-                         ffi::ScratchAllocator& scratch, const GemmCall& c,
+                         const Workspace& ws, const GemmCall& c,
                          const DeviceInfo& dev) {
   using BF16 = cutlass::bfloat16_t;
   using F16 = cutlass::half_t;
   const bool f32_out = out_t == ffi::DataType::F32;
   if (in_t == ffi::DataType::BF16) {
-    return f32_out ? DispatchOp<BF16, float>(stream, scratch, c, dev)
-                   : DispatchOp<BF16, BF16>(stream, scratch, c, dev);
+    return f32_out ? DispatchOp<BF16, float>(stream, ws, c, dev)
+                   : DispatchOp<BF16, BF16>(stream, ws, c, dev);
   }
-  return f32_out ? DispatchOp<F16, float>(stream, scratch, c, dev)
-                 : DispatchOp<F16, F16>(stream, scratch, c, dev);
+  return f32_out ? DispatchOp<F16, float>(stream, ws, c, dev)
+                 : DispatchOp<F16, F16>(stream, ws, c, dev);
 }
 
 // Shared dtype rules: operands both bf16 or both f16; out = input dtype or f32.
@@ -588,29 +593,17 @@ ffi::Error CheckDtypes(const char* op, const char* a_name, ffi::DataType a_t, co
   return ffi::Error::Success();
 }
 
-// grouped_gemm_dims() takes the sizes as an AnyBuffer; view the typed S32 buffer as one.
-ffi::AnyBuffer AsAnyBuffer(const ffi::Buffer<ffi::DataType::S32>& b, XLA_FFI_Buffer* storage) {
-  auto dims = b.dimensions();
-  storage->struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
-  storage->extension_start = nullptr;
-  storage->dtype = XLA_FFI_DataType_S32;
-  storage->data = b.untyped_data();
-  storage->rank = static_cast<int64_t>(dims.size());
-  storage->dims = const_cast<int64_t*>(dims.begin());
-  return ffi::AnyBuffer(storage);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Handlers
 // ---------------------------------------------------------------------------------------------
 
-ffi::Error GroupedGemmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer lhs,
-                           ffi::AnyBuffer rhs, ffi::Buffer<ffi::DataType::S32> group_sizes,
-                           ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
-  XLA_FFI_Buffer sizes_view;
+ffi::Error GroupedGemmImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
+                           ffi::Buffer<ffi::DataType::S32> group_sizes,
+                           ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                           bool transpose_rhs) {
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
   GroupedGemmDims d;
-  JMF_RETURN_IF_ERROR(
-      grouped_gemm_dims(lhs, rhs, AsAnyBuffer(group_sizes, &sizes_view), transpose_rhs, &d));
+  JMF_RETURN_IF_ERROR(grouped_gemm_dims(lhs, rhs, group_sizes, transpose_rhs, &d));
   JMF_RETURN_IF_ERROR(CheckDtypes("grouped_gemm", "lhs", lhs.element_type(), "rhs",
                                   rhs.element_type(), out->element_type()));
   auto od = out->dimensions();
@@ -651,13 +644,14 @@ ffi::Error GroupedGemmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, f
   c.k = d.k;
   c.n = d.n;
   c.g = d.g;
-  return DispatchTypes(lhs.element_type(), out->element_type(), stream, scratch, c, dev);
+  return DispatchTypes(lhs.element_type(), out->element_type(), stream, ws, c, dev);
 }
 
-ffi::Error GroupedGemmWgradImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                                ffi::AnyBuffer lhs, ffi::AnyBuffer dout,
+ffi::Error GroupedGemmWgradImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer dout,
                                 ffi::Buffer<ffi::DataType::S32> group_sizes,
-                                ffi::Result<ffi::AnyBuffer> out) {
+                                ffi::Result<ffi::AnyBuffer> out,
+                                ffi::Result<ffi::AnyBuffer> workspace) {
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
   auto ld = lhs.dimensions();
   auto dd = dout.dimensions();
   auto sd = group_sizes.dimensions();
@@ -709,32 +703,34 @@ ffi::Error GroupedGemmWgradImpl(cudaStream_t stream, ffi::ScratchAllocator scrat
   c.k = k;
   c.n = n;
   c.g = g;
-  return DispatchTypes(lhs.element_type(), out->element_type(), stream, scratch, c, dev);
+  return DispatchTypes(lhs.element_type(), out->element_type(), stream, ws, c, dev);
 }
 
 }  // namespace
 }  // namespace cuda
 }  // namespace jax_moe_ffi
 
-// No ffi::Traits::kCmdBufferCompatible: see the header comment and NOTES.md.
+// Command-buffer compatible: only stream-ordered work, no host sync, and all device memory
+// (including the workspace) is owned by XLA, so a CUDA-graph replay sees valid pointers.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCuda, jax_moe_ffi::cuda::GroupedGemmImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()
                                   .Arg<xla::ffi::AnyBuffer>()                      // lhs
                                   .Arg<xla::ffi::AnyBuffer>()                      // rhs
                                   .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
                                   .Ret<xla::ffi::AnyBuffer>()                      // out
-                                  .Attr<bool>("transpose_rhs"));
+                                  .Ret<xla::ffi::AnyBuffer>()                      // workspace (u8)
+                                  .Attr<bool>("transpose_rhs"),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmWgradCuda,
                               jax_moe_ffi::cuda::GroupedGemmWgradImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()
                                   .Arg<xla::ffi::AnyBuffer>()                      // lhs
                                   .Arg<xla::ffi::AnyBuffer>()                      // dout
                                   .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
-                                  .Ret<xla::ffi::AnyBuffer>());                    // out
+                                  .Ret<xla::ffi::AnyBuffer>()                      // out
+                                  .Ret<xla::ffi::AnyBuffer>(),                     // workspace (u8)
+                              {xla::ffi::Traits::kCmdBufferCompatible});
 
-int jax_moe_ffi_cuda_abi_version() { return 1; }

@@ -31,10 +31,16 @@ def _gpu_fallback_reason(target: str, dtype) -> str:
     return f"the CUDA kernel takes bfloat16/float16, got {jnp.dtype(dtype)}"
 
 
-def _on_platforms(ffi_fn, fallback_fn, target: str, dtype, *args):
-    """Runs the FFI call on CPU, and on CUDA when the kernel supports the inputs; else the XLA op, said once."""
+def _cuda_workspace_bytes(groups: int) -> int:
+    """Device workspace of the CUDA handlers: per-group shapes/pointers/strides (< 256 B a group) and
+    CUTLASS's per-SM TMA descriptors (< 1 KiB an SM; 1 MiB covers 1024 SMs). The handler checks it."""
+    return 256 * groups + (1 << 20)
+
+
+def _on_platforms(cpu_fn, cuda_fn, fallback_fn, target: str, dtype, *args):
+    """The FFI call on CPU, and on CUDA when the kernel supports the inputs; else the XLA op, said once."""
     if _cuda_ready(target, dtype):
-        return ffi_fn(*args)
+        return jax.lax.platform_dependent(*args, cpu=cpu_fn, cuda=cuda_fn, default=fallback_fn)
 
     def cuda_branch(*a):
         if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
@@ -43,30 +49,39 @@ def _on_platforms(ffi_fn, fallback_fn, target: str, dtype, *args):
                         f"{_gpu_fallback_reason(target, dtype)}")
         return fallback_fn(*a)
 
-    return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
+    return jax.lax.platform_dependent(*args, cpu=cpu_fn, cuda=cuda_branch, default=fallback_fn)
 
 
 def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):
     m = lhs.shape[0]
     n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
-    call = jax.ffi.ffi_call(FWD_TARGET, jax.ShapeDtypeStruct((m, n), out_dtype),
-                            vmap_method="sequential")
+    out = jax.ShapeDtypeStruct((m, n), out_dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(rhs.shape[0]),), jnp.uint8)
+    cpu_call = jax.ffi.ffi_call(FWD_TARGET, out, vmap_method="sequential")
+    cuda_call = jax.ffi.ffi_call(FWD_TARGET, (out, ws), vmap_method="sequential")
 
-    def ffi_fn(a, b, s):
-        return call(a, b, s, transpose_rhs=np.bool_(transpose_rhs))
+    def cpu_fn(a, b, s):
+        return cpu_call(a, b, s, transpose_rhs=np.bool_(transpose_rhs))
+
+    def cuda_fn(a, b, s):
+        return cuda_call(a, b, s, transpose_rhs=np.bool_(transpose_rhs))[0]
 
     def xla_fn(a, b, s):
         bb = jnp.swapaxes(b, 1, 2) if transpose_rhs else b
         return jax.lax.ragged_dot(a, bb, s, preferred_element_type=out_dtype)
 
-    return _on_platforms(ffi_fn, xla_fn, FWD_TARGET, lhs.dtype, lhs, rhs, group_sizes)
+    return _on_platforms(cpu_fn, cuda_fn, xla_fn, FWD_TARGET, lhs.dtype, lhs, rhs, group_sizes)
 
 
 def _wgrad_call(lhs, dout, group_sizes, out_dtype):
     g = group_sizes.shape[0]
-    call = jax.ffi.ffi_call(WGRAD_TARGET,
-                            jax.ShapeDtypeStruct((g, lhs.shape[1], dout.shape[1]), out_dtype),
-                            vmap_method="sequential")
+    out = jax.ShapeDtypeStruct((g, lhs.shape[1], dout.shape[1]), out_dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(g),), jnp.uint8)
+    cpu_call = jax.ffi.ffi_call(WGRAD_TARGET, out, vmap_method="sequential")
+    cuda_call = jax.ffi.ffi_call(WGRAD_TARGET, (out, ws), vmap_method="sequential")
+
+    def cuda_fn(a, d, s):
+        return cuda_call(a, d, s)[0]
 
     def xla_fn(a, d, s):
         dims = jax.lax.RaggedDotDimensionNumbers(
@@ -74,7 +89,7 @@ def _wgrad_call(lhs, dout, group_sizes, out_dtype):
             lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
         return jax.lax.ragged_dot_general(a, d, s, dims, preferred_element_type=out_dtype)
 
-    return _on_platforms(call, xla_fn, WGRAD_TARGET, lhs.dtype, lhs, dout, group_sizes)
+    return _on_platforms(cpu_call, cuda_fn, xla_fn, WGRAD_TARGET, lhs.dtype, lhs, dout, group_sizes)
 
 
 def _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type):
