@@ -63,12 +63,17 @@ def metadata(argv: list[str]) -> dict:
     import jax
     import jaxlib
 
+    # The device machine gets the working tree without .git: JMF_GIT_COMMIT (set by whoever sends it)
+    # names the commit there; otherwise "unknown".
+    commit, dirty = os.environ.get("JMF_GIT_COMMIT", "unknown"), False
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True).stdout.strip())
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        if res.returncode == 0 and len(res.stdout.strip()) == 40:
+            commit = res.stdout.strip()
+            dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                        capture_output=True, text=True).stdout.strip())
     except OSError:
-        commit, dirty = "unknown", False
+        pass
     dev = jax.devices()[0]
     return {
         "command": "python " + " ".join([os.path.relpath(argv[0], ROOT)] + argv[1:]),

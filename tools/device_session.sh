@@ -30,13 +30,13 @@ fi
 if [[ ",$what," == *",sanitize,"* ]]; then
   log "compute-sanitizer"
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
     echo "$tool rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
   done
 fi
 if [[ ",$what," == *",bench,"* ]]; then
   log "benchmark grouped gemm"
-  timeout 500 python3 benchmarks/grouped_gemm.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -45
+  timeout 280 python3 benchmarks/grouped_gemm.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -45
   cp benchmarks/results/grouped_gemm_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",dispatch,"* ]]; then
