@@ -130,17 +130,18 @@ def _plot(path: Path, meta: dict, rows: list[dict], value_key: str, title: str) 
 
     series = sorted({(r["impl"], r["pass"], r["groups"]) for r in rows if r.get(value_key) is not None})
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(cases)), 5))
+    fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(cases)) + 3, 5))
     width = 0.8 / max(1, len(series))
+    colors = plt.get_cmap("tab20").colors
     for i, s in enumerate(series):
         vals = [next((r[value_key] for r in rows if (r["impl"], r["pass"], r["groups"]) == s and r["case"] == c),
                      0.0) or 0.0 for c in cases]
-        ax.bar(np.arange(len(cases)) + i * width, vals, width, label="/".join(s))
+        ax.bar(np.arange(len(cases)) + i * width, vals, width, label="/".join(s), color=colors[i % len(colors)])
     ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2)
     ax.set_xticklabels(cases, rotation=15, ha="right", fontsize=8)
     ax.set_ylabel(value_key)
     ax.set_title(f"{title}\n{meta['device']}, jax {meta['jax']}, {meta['git_commit'][:10]}", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.text(0.01, 0.01, meta["command"], fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
