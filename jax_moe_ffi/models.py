@@ -79,3 +79,378 @@ def grouped_moe(params, x, top_k: int = 2):
     y = grouped_matmul(h, params["w_down"], sizes)
     w_sorted = weights.reshape(-1)[order].astype(y.dtype)
     return jnp.zeros((t, d), y.dtype).at[order // top_k].add(y * w_sorted[:, None])
+
+
+# ------------------------------------------------------------------------------------------------------
+# More naive MoE layers, written the ways real models write them (examples and tests for the rewrite pass
+# `jax_moe_ffi.optimize`). Each is exact: the pass must reproduce it; the last few are *not* token-choice
+# MoE (expert choice, soft MoE, a dense mixture) and must be left as they are.
+# ------------------------------------------------------------------------------------------------------
+def init_moe_params_extra(key, d_model: int, d_ff: int, num_experts: int, dtype=jnp.float32):
+    """`init_moe_params` plus biases, a fused gate/up weight, per-expert scales and a shared expert."""
+    p = init_moe_params(key, d_model, d_ff, num_experts, dtype)
+    ks = jax.random.split(jax.random.fold_in(key, 1), 6)
+    p["b_gate"] = 0.1 * jax.random.normal(ks[0], (num_experts, d_ff), dtype)
+    p["b_up"] = 0.1 * jax.random.normal(ks[1], (num_experts, d_ff), dtype)
+    p["b_down"] = 0.1 * jax.random.normal(ks[2], (num_experts, d_model), dtype)
+    p["w_gate_up"] = jnp.concatenate([p["w_gate"], p["w_up"]], axis=-1)  # [E, D, 2F]
+    p["scale"] = 1.0 + 0.1 * jax.random.normal(ks[3], (num_experts,), dtype)
+    p["shared_up"] = jax.random.normal(ks[4], (d_model, d_ff), dtype) / math.sqrt(d_model)
+    p["shared_down"] = jax.random.normal(ks[5], (d_ff, d_model), dtype) / math.sqrt(d_ff)
+    return p
+
+
+def _gate_matrix(weights, experts, e, dtype):
+    return jnp.sum(jax.nn.one_hot(experts, e, dtype=dtype) * weights[..., None].astype(dtype), axis=-2)
+
+
+def dense_moe_topk_softmax(params, x, top_k: int = 2):
+    """top-k on the logits, then softmax over the k selected logits (Mixtral HF / Qwen-MoE style)."""
+    logits = x @ params["router"]
+    vals, experts = jax.lax.top_k(logits, top_k)
+    weights = jax.nn.softmax(vals, axis=-1)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_sigmoid(params, x, top_k: int = 2):
+    """Sigmoid router, no renormalisation; combine written as a masked sum over experts."""
+    scores = jax.nn.sigmoid(x @ params["router"])
+    weights, experts = jax.lax.top_k(scores, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.sum(y * gate[:, :, None], axis=1)
+
+
+def dense_moe_bias(params, x, top_k: int = 2):
+    """Per-expert biases on every projection, a clamp and a per-expert output scale (gpt-oss-like)."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    g = jnp.einsum("td,edf->tef", x, params["w_gate"]) + params["b_gate"]
+    u = jnp.einsum("td,edf->tef", x, params["w_up"]) + params["b_up"]
+    g = jnp.clip(g, -7.0, 7.0)
+    h = jax.nn.silu(g) * u
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"]) + params["b_down"][None]
+    y = y * params["scale"][None, :, None]
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_geglu(params, x, top_k: int = 2):
+    """GeGLU experts (tanh-approximate GELU), top_k on softmax probabilities, approx_max_k selection."""
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    weights, experts = jax.lax.approx_max_k(probs, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    h = jax.nn.gelu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_fused(params, x, top_k: int = 2):
+    """Fused gate/up weight [E, D, 2F], split after the projection."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    gu = jnp.einsum("td,edf->tef", x, params["w_gate_up"])
+    g, u = jnp.split(gu, 2, axis=-1)
+    y = jnp.einsum("tef,efd->ted", jax.nn.silu(g) * u, params["w_down"])
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_lhs(params, x, top_k: int = 2):
+    """Expert weights as the *lhs* of dot_general, expert-major layout [E, F, T], gate applied before the
+    down projection, which contracts experts and features at once."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    dn = (((1,), (1,)), ((), ()))
+    g = jax.lax.dot_general(params["w_gate"], x, dn)  # [E, F, T]
+    u = jax.lax.dot_general(params["w_up"], x, dn)
+    h = jax.nn.silu(g) * u * gate.T[:, None, :]  # gate multiplied in before w_down
+    return jnp.einsum("eft,efd->td", h, params["w_down"])
+
+
+def dense_moe_free_e(params, x, top_k: int = 2):
+    """Weights stored [D, E, F] (E a free dim of dot_general, not a batch dim)."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    wg = jnp.transpose(params["w_gate"], (1, 0, 2))
+    wu = jnp.transpose(params["w_up"], (1, 0, 2))
+    h = jax.nn.silu(jnp.einsum("td,def->tef", x, wg)) * jnp.einsum("td,def->tef", x, wu)
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("te,ted->td", gate, y)
+
+
+def masked_moe(params, x, top_k: int = 2):
+    """Tokens broadcast to every expert and masked to the chosen ones, then all-experts einsums."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    mask = jnp.sum(jax.nn.one_hot(experts, e, dtype=x.dtype), axis=1)  # [T, E] 0/1
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    xe = jnp.broadcast_to(x[:, None, :], (x.shape[0], e, x.shape[1])) * mask[:, :, None]
+    h = jax.nn.silu(jnp.einsum("ted,edf->tef", xe, params["w_gate"])) * jnp.einsum("ted,edf->tef", xe, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def masked_moe_where(params, x, top_k: int = 2):
+    """Broadcast-then-mask with jnp.where and the gate folded into the input; combine = plain sum over E."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    sel = gate > 0
+    xe = jnp.where(sel[:, :, None], x[:, None, :], 0.0)  # [T, E, D]
+    h = jax.nn.silu(jnp.einsum("ted,edf->tef", xe, params["w_gate"])) * jnp.einsum("ted,edf->tef", xe, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.sum(y * gate[:, :, None], axis=1)
+
+
+def loop_moe(params, x, top_k: int = 2):
+    """Per-expert python loop over slices W[e] of stacked weights; gate column from `experts == e`."""
+    weights, experts, _ = _router(params, x, top_k)
+    out = jnp.zeros_like(x)
+    for e in range(params["w_gate"].shape[0]):
+        g_e = jnp.sum(jnp.where(experts == e, weights, 0.0), axis=-1).astype(x.dtype)  # [T]
+        h = jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])
+        out = out + g_e[:, None] * (h @ params["w_down"][e])
+    return out
+
+
+def split_expert_params(params):
+    """Stacked expert weights -> a list of separate per-expert weight dicts (for `loop_moe_list`)."""
+    e = params["w_gate"].shape[0]
+    return {"router": params["router"],
+            "experts": [{"w_gate": params["w_gate"][i] + 0, "w_up": params["w_up"][i] + 0,
+                         "w_down": params["w_down"][i] + 0} for i in range(e)]}
+
+
+def loop_moe_list(params, x, top_k: int = 2):
+    """Per-expert loop over a list of separate expert weights; gate column e of a dense gate matrix."""
+    weights, experts, _ = _router(params, x, top_k)
+    e = len(params["experts"])
+    gate = _gate_matrix(weights, experts, e, x.dtype)
+    out = 0.0
+    for i, p in enumerate(params["experts"]):
+        h = jax.nn.silu(x @ p["w_gate"]) * (x @ p["w_up"])
+        out = out + (h @ p["w_down"]) * gate[:, i:i + 1]
+    return out
+
+
+def shared_expert_moe(params, x, top_k: int = 2):
+    """Routed experts (dense form) plus an always-on shared expert (DeepSeek/Qwen2-MoE style)."""
+    shared = jax.nn.silu(x @ params["shared_up"]) @ params["shared_down"]
+    return dense_moe(params, x, top_k) + shared
+
+
+def moe_decoder(stacked_params, x, top_k: int = 2, remat: bool = True):
+    """A small decoder: `lax.scan` over layers of (residual) MoE blocks, each under `jax.checkpoint`."""
+    def block(h, p):
+        hn = h / jnp.sqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6)
+        return h + dense_moe(p, hn, top_k)
+
+    if remat:
+        block = jax.checkpoint(block)
+
+    def layer(h, p):
+        return block(h, p), None
+
+    h, _ = jax.lax.scan(layer, x, stacked_params)
+    return h
+
+
+def capacity_moe_bsec(params, x, top_k: int = 2, capacity_factor: float = 1.0, priority: str = "token"):
+    """GShard with groups: x [G, S, D] (a [B, S, E, C] / [G, S, E, C] dispatch tensor), capacity per group.
+
+    priority="token": token-major, choice-minor running count; "choice": choice-major (GShard top-2:
+    every token's first choice before any second choice)."""
+    g, s, d = x.shape
+    weights, experts, _ = _router(params, x, top_k)  # [G, S, k]
+    e = params["w_gate"].shape[0]
+    capacity = max(1, int(math.ceil(s * top_k / e * capacity_factor)))
+    mask = jax.nn.one_hot(experts, e, dtype=jnp.int32)  # [G, S, k, E]
+    if priority == "token":
+        pos = (jnp.cumsum(mask.reshape(g, s * top_k, e), axis=1) - 1).reshape(g, s, top_k, e)
+    else:
+        mt = jnp.swapaxes(mask, 1, 2).reshape(g, top_k * s, e)
+        pos = jnp.swapaxes((jnp.cumsum(mt, axis=1) - 1).reshape(g, top_k, s, e), 1, 2)
+    keep = mask * (pos < capacity)
+    pos_1h = jax.nn.one_hot(jnp.sum(pos * keep, axis=-1), capacity, dtype=x.dtype)  # [G, S, k, C]
+    dispatch = jnp.einsum("gske,gskc->gsec", keep.astype(x.dtype), pos_1h)
+    combine = jnp.einsum("gske,gskc,gsk->gsec", keep.astype(x.dtype), pos_1h, weights.astype(x.dtype))
+    xe = jnp.einsum("gsec,gsd->egcd", dispatch, x)
+    h = jax.nn.silu(jnp.einsum("egcd,edf->egcf", xe, params["w_gate"])) * jnp.einsum(
+        "egcd,edf->egcf", xe, params["w_up"])
+    ye = jnp.einsum("egcf,efd->egcd", h, params["w_down"])
+    return jnp.einsum("gsec,egcd->gsd", combine, ye)
+
+
+def capacity_moe_grouped(params, x, top_k: int = 2, num_groups: int = 2, capacity_factor: float = 1.0):
+    """[T, D] tokens split into groups, GShard [G, S, E, C] dispatch per group."""
+    t, d = x.shape
+    return capacity_moe_bsec(params, x.reshape(num_groups, t // num_groups, d), top_k,
+                             capacity_factor).reshape(t, d)
+
+
+def expert_choice_moe(params, x, capacity_factor: float = 1.0):
+    """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice."""
+    t = x.shape[0]
+    e = params["w_gate"].shape[0]
+    c = max(1, int(t * capacity_factor / e))
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)  # [T, E]
+    vals, idx = jax.lax.top_k(probs.T, c)  # [E, C] token ids
+    disp = jax.nn.one_hot(idx, t, dtype=x.dtype)  # [E, C, T]
+    xin = jnp.einsum("ect,td->ecd", disp, x)
+    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xin, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xin, params["w_up"])
+    y = jnp.einsum("ecf,efd->ecd", h, params["w_down"])
+    return jnp.einsum("ecd,ect,ec->td", y, disp, vals)
+
+
+def soft_moe(params, x, slots: int = 1):
+    """Soft MoE (Puigcerver et al. 2023): dense soft dispatch/combine; every expert sees every token."""
+    t, d = x.shape
+    e = params["w_gate"].shape[0]
+    phi = jnp.tile(params["router"], (1, slots))  # [D, E*S]
+    logits = x @ phi
+    disp = jax.nn.softmax(logits, axis=0)
+    comb = jax.nn.softmax(logits, axis=1)
+    xs = jnp.einsum("tn,td->nd", disp, x).reshape(e, slots, d)
+    h = jax.nn.silu(jnp.einsum("esd,edf->esf", xs, params["w_gate"])) * jnp.einsum("esd,edf->esf", xs, params["w_up"])
+    y = jnp.einsum("esf,efd->esd", h, params["w_down"]).reshape(e * slots, d)
+    return jnp.einsum("tn,nd->td", comb, y)
+
+
+def dense_mixture(params, x):
+    """A dense layer with no gate: every expert's output summed (not MoE; must not be rewritten)."""
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    return jnp.einsum("tef,efd->td", h, params["w_down"])
+
+
+def dense_softmax_mixture(params, x):
+    """All experts weighted by the dense softmax router probabilities (no top-k): not sparse."""
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("ted,te->td", y, probs)
+
+
+def dense_moe_masked_softmax(params, x, top_k: int = 2):
+    """top-k on the logits, the other logits masked to -inf, softmax over all experts (a [T, E] gate that
+    is zero outside the chosen experts because exp(-inf) = 0)."""
+    logits = x @ params["router"]
+    _, experts = jax.lax.top_k(logits, top_k)
+    e = params["w_gate"].shape[0]
+    chosen = jnp.sum(jax.nn.one_hot(experts, e), axis=1) > 0
+    gate = jax.nn.softmax(jnp.where(chosen, logits, -jnp.inf), axis=-1).astype(x.dtype)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_per_choice(params, x, top_k: int = 2):
+    """[B, S, D] tokens; each choice's expert output picked with a one-hot einsum (choice axis kept),
+    then weighted and summed over choices."""
+    weights, experts, _ = _router(params, x, top_k)  # [B, S, k]
+    e = params["w_gate"].shape[0]
+    h = jax.nn.silu(jnp.einsum("bsd,edf->bsef", x, params["w_gate"])) * jnp.einsum("bsd,edf->bsef", x, params["w_up"])
+    y = jnp.einsum("bsef,efd->bsed", h, params["w_down"])
+    picked = jnp.einsum("bske,bsed->bskd", jax.nn.one_hot(experts, e, dtype=x.dtype), y)  # [B, S, k, D]
+    return jnp.einsum("bskd,bsk->bsd", picked, weights.astype(x.dtype))
+
+
+def _scatter_gate(top_k_weights, top_k_indices, num_experts, dtype):
+    """[B, S, k] weights scattered into a [B, S, E] gate with `.at[].set` (MaxText style)."""
+    b, s, _ = top_k_weights.shape
+    gate = jnp.zeros((b, s, num_experts), dtype=dtype)
+    return gate.at[jnp.arange(b)[:, None, None], jnp.arange(s)[:, None], top_k_indices].set(
+        top_k_weights.astype(dtype))
+
+
+def maxtext_style_moe(params, x, top_k: int = 2, capacity_factor: float = 0.0):
+    """MaxText `RoutedMoE.dense_matmul`-style layer on x [B, S, M]: top-k on the logits, softmax over the
+    k, weights scattered into [B, S, E]; capacity_factor > 0: 1-based running counts, a (C+1)-way one-hot
+    sliced [..., 1:], bool dispatch mask and "BSM,BSEC->EBCM" einsums; else dropless all-experts einsums."""
+    b, s, _ = x.shape
+    e = params["w_gate"].shape[0]
+    logits = jnp.einsum("bsm,me->bse", x, params["router"])
+    top_k_weights, top_k_indices = jax.lax.top_k(logits, top_k)
+    top_k_weights = jax.nn.softmax(top_k_weights.astype(jnp.float32), axis=-1).astype(x.dtype)
+    weights = _scatter_gate(top_k_weights, top_k_indices, e, x.dtype)
+    act = jax.nn.silu
+    if capacity_factor > 0:
+        capacity = int(max(math.ceil(s * top_k / e) * capacity_factor, capacity_factor))
+        expert_mask = jax.nn.one_hot(top_k_indices, num_classes=e, dtype=jnp.int32)  # [B, S, k, E]
+        mask_fused = jnp.reshape(expert_mask, (b, s * top_k, e))
+        count_fused = jnp.cumsum(mask_fused, axis=1)
+        count = jnp.reshape(count_fused, (b, s, top_k, e))
+        trunc = expert_mask * jnp.less_equal(count, capacity)
+        combined = jnp.sum(trunc, axis=2)  # [B, S, E]
+        probs = weights * combined
+        position = jnp.reshape(mask_fused * count_fused, (b, s, top_k, e))
+        combined_position = jnp.sum(position, axis=2) * combined
+        pos_1h = jax.nn.one_hot(combined_position, num_classes=capacity + 1, dtype=jnp.int32)
+        combine_mask = (probs[..., None] * pos_1h)[..., 1:]  # [B, S, E, C]
+        dispatch_mask = combine_mask.astype(bool)
+        dispatch = jnp.einsum("BSM,BSEC -> EBCM", x, dispatch_mask)
+        w0 = jnp.einsum("EBCM,EMH -> EBCH", dispatch, params["w_gate"])
+        w1 = jnp.einsum("EBCM,EMH -> EBCH", dispatch, params["w_up"])
+        inter = jnp.einsum("EBCH,EHM -> EBCM", act(w0) * w1, params["w_down"])
+        return jnp.einsum("EBCM,BSEC -> BSM", inter, combine_mask)
+    w0 = jnp.einsum("BSM,EMH -> BSEH", x, params["w_gate"])
+    w1 = jnp.einsum("BSM,EMH -> BSEH", x, params["w_up"])
+    inter = jnp.einsum("BSEH,EHM -> BSEM", act(w0) * w1, params["w_down"])
+    return jnp.einsum("BSEM,BSE -> BSM", inter.astype(jnp.float32), weights.astype(jnp.float32)).astype(x.dtype)
+
+
+def keras_style_moe(params, x, top_k: int = 2):
+    """keras-hub `MixtralSparseMoeBlock` style: experts computed expert-major [E, T, ...] with the
+    activation in float32, the [T, E] routing transposed to [E, T] and the weighted outputs summed over
+    axis 0; x [B, S, D] flattened to tokens first."""
+    b, s, d = x.shape
+    h = jnp.reshape(x, (-1, d))
+    probs = jax.nn.softmax(h @ params["router"], axis=-1)
+    top_p, top_i = jax.lax.top_k(probs, top_k)
+    top_p = top_p / jnp.sum(top_p, axis=-1, keepdims=True)
+    e = params["w_gate"].shape[0]
+    one_hot = jax.nn.one_hot(top_i, e).astype(top_p.dtype)
+    routing_full = jnp.transpose(jnp.sum(one_hot * top_p[..., None], axis=1), (1, 0)).astype(h.dtype)
+    gate = jnp.einsum("th,ehm->etm", h, params["w_gate"]).astype(jnp.float32)
+    gate = jax.nn.silu(gate).astype(h.dtype)
+    inter = jnp.einsum("th,ehm->etm", h, params["w_up"])
+    out = jnp.einsum("eti,eih->eth", inter * gate, params["w_down"])
+    return jnp.reshape(jnp.sum(out * routing_full[:, :, None], axis=0), (b, s, d))
+
+
+def gather_moe(params, x, top_k: int = 2):
+    """All experts computed, then each choice's expert output picked with take_along_axis and weighted."""
+    weights, experts, _ = _router(params, x, top_k)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, params["w_down"])
+    picked = jnp.take_along_axis(y, experts[..., None], axis=1)  # [T, k, D]
+    return jnp.sum(picked * weights[..., None].astype(x.dtype), axis=1)
+
+
+def switch_moe(params, x, capacity_factor: float = 1.0):
+    """Switch Transformer top-1: argmax router, capacity by running count over tokens, one-hot einsums."""
+    t = x.shape[0]
+    e = params["w_gate"].shape[0]
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    expert_index = jnp.argmax(probs, axis=-1)  # [T]
+    expert_gate = jnp.max(probs, axis=-1)
+    capacity = max(1, int(t / e * capacity_factor))
+    mask = jax.nn.one_hot(expert_index, e, dtype=jnp.int32)  # [T, E]
+    position = jnp.cumsum(mask, axis=0) * mask  # 1-based position of each token in its expert
+    mask = mask * (position <= capacity)
+    slot = jax.nn.one_hot(jnp.sum(position * mask, axis=-1) - 1, capacity, dtype=x.dtype)  # [T, C]
+    dispatch = mask[:, :, None].astype(x.dtype) * slot[:, None, :]  # [T, E, C]
+    combine = dispatch * expert_gate[:, None, None].astype(x.dtype)
+    xe = jnp.einsum("tec,td->ecd", dispatch, x)
+    h = jax.nn.relu(jnp.einsum("ecd,edf->ecf", xe, params["w_up"]))
+    ye = jnp.einsum("ecf,efd->ecd", h, params["w_down"])
+    return jnp.einsum("tec,ecd->td", combine, ye)

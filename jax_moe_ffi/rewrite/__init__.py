@@ -1,0 +1,168 @@
+"""The compiler pass: `optimize(fn)` rewrites naive MoE layers into dispatch -> grouped GEMM -> combine;
+`explain(fn, *args)` reports what it would rewrite and why not elsewhere.
+
+Pipeline: trace (`ir`: jaxpr -> renamed IR, calls inlined, scan/remat/cond/while bodies as sub-programs)
+-> facts (`facts`: which values are top_k indices, one-hot/k-sparse masks, iotas) -> sites (`match`,
+`loops`: reductions over experts proven k-sparse, and the pointwise region feeding them) -> emit
+(`emit`) -> evaluation (`interp`) -> `report`.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import numpy as np
+
+from jax_moe_ffi.rewrite.interp import Plan, run
+from jax_moe_ffi.rewrite.ir import program_from_closed
+from jax_moe_ffi.rewrite.report import MissReport, Report, SiteReport
+
+__all__ = ["optimize", "explain", "Report", "SiteReport", "MissReport"]
+
+MODES = ("exact", "dropless")
+
+
+def _check_opts(mode, recipe, offload, streams):
+    if mode not in MODES:
+        raise ValueError(f"optimize: mode must be one of {MODES}, got {mode!r}")
+    if recipe is not None:
+        raise NotImplementedError(f"optimize: recipe={recipe!r} (FP8 grouped GEMMs) is not implemented yet; "
+                                  "only recipe=None")
+    if offload not in (None, False):
+        pass  # recorded; host offload of MoE activations arrives with a later issue
+    del streams
+
+
+def _is_array(x):
+    return isinstance(x, (jax.Array, np.ndarray, np.generic)) or hasattr(x, "aval") or \
+        isinstance(x, jax.ShapeDtypeStruct)
+
+
+def _aval_key(x):
+    aval = jax.typeof(x) if not isinstance(x, jax.ShapeDtypeStruct) else x
+    return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
+
+
+def _static_key(x):
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return id(x)
+
+
+class _Entry:
+    def __init__(self, plan, out_tree, cacheable):
+        self.plan = plan
+        self.out_tree = out_tree
+        self.cacheable = cacheable
+
+
+def _trace(fn, args, kwargs, mode):
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    dyn = [i for i, x in enumerate(leaves) if _is_array(x)]
+
+    def flat_fn(*d):
+        ls = list(leaves)
+        for i, v in zip(dyn, d):
+            ls[i] = v
+        a, kw = jax.tree.unflatten(treedef, ls)
+        return fn(*a, **kw)
+
+    specs = []
+    for i in dyn:
+        x = leaves[i]
+        aval = x if isinstance(x, jax.ShapeDtypeStruct) else jax.typeof(x)
+        specs.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False)))
+    closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
+    prog = program_from_closed(closed)
+    plan = Plan(prog, mode)
+    cacheable = not any(isinstance(c, jax.core.Tracer) for c in closed.consts)
+    return _Entry(plan, jax.tree.structure(out_shape), cacheable), leaves, treedef, dyn
+
+
+def _key(args, kwargs):
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    return (treedef, tuple(_aval_key(x) if _is_array(x) else ("static", _static_key(x)) for x in leaves))
+
+
+def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
+    """Rewrite the naive MoE layers in `fn` into dispatch -> grouped GEMM -> combine.
+
+    Returns a function with `fn`'s signature and pytrees. It traces `fn` per input signature (cached;
+    non-array leaves are static), finds every MoE site the analysis can prove (see `explain`), and
+    evaluates the rewritten program; it composes with `jax.jit`, `jax.grad` (through the ops'
+    custom_vjp), `jax.vmap`, `lax.scan` and `jax.checkpoint`.
+
+    mode: "exact" reproduces `fn` (capacity drops and priority order included, within dtype rounding);
+      "dropless" ignores expert capacity (every selected pair is computed; the report says so).
+    recipe: FP8 grouped GEMMs -- not implemented yet, only None.
+    offload: host offload of MoE activations -- recorded in the report, a no-op until a later issue.
+    streams: multistream annotations -- recorded in the report, a no-op until a later issue.
+    If nothing matches, the function runs unchanged and a warning is given once.
+    """
+    _check_opts(mode, recipe, offload, streams)
+    cache = {}
+    warned = []
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        key = _key(args, kwargs)
+        entry = cache.get(key)
+        if entry is None:
+            entry, _, _, _ = _trace(fn, args, kwargs, mode)
+            if entry.cacheable:
+                cache[key] = entry
+        if not entry.plan.has_sites():
+            if not warned:
+                warned.append(True)
+                misses = entry.plan.all_misses()
+                why = "; ".join(sorted({m["reason"] for m in misses}))[:500]
+                warnings.warn(f"jax_moe_ffi.optimize: no MoE site found in {_name(fn)}; it runs unchanged"
+                              + (f" (near-misses: {why})" if why else ""), RuntimeWarning, stacklevel=2)
+            return fn(*args, **kwargs)
+        leaves = jax.tree.leaves((args, kwargs))
+        dyn = [x for x in leaves if _is_array(x)]
+        outs = run(entry.plan, dyn)
+        return jax.tree.unflatten(entry.out_tree, outs)
+
+    wrapped.jax_moe_ffi_options = {"mode": mode, "recipe": recipe, "offload": offload, "streams": streams}
+    wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, offload=offload, streams=streams, **kw)
+    return wrapped
+
+
+def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **kwargs) -> Report:
+    """What `optimize(fn, mode=...)` rewrites for these arguments (arrays or ShapeDtypeStructs).
+
+    Report.sites: per MoE site the pattern family, E, k, capacity, shapes, source line, estimated FLOPs
+    and largest buffer before/after. Report.misses: near-misses with the reason they were left alone.
+    """
+    _check_opts(mode, recipe, offload, streams)
+    entry, _, _, _ = _trace(fn, args, kwargs, mode)
+    plan = entry.plan
+    sites = []
+    for s in plan.all_sites():
+        sites.append(SiteReport(family=s.family, E=s.E, k=s.k, capacity=s.C, tokens=s.token_shape,
+                                shapes=s.shapes, source=s.source, path=s.path, flops_before=s.flops_before,
+                                flops_after=s.flops_after, bytes_before=s.bytes_before,
+                                bytes_after=s.bytes_after, dropless=(mode == "dropless" and s.C is not None),
+                                notes=list(s.notes) + (["mode='dropless': expert capacity ignored, no token "
+                                                        "is dropped (differs from the model when it drops)"]
+                                                       if mode == "dropless" and s.C is not None else [])))
+    misses = [MissReport(reason=m["reason"], source=m["source"], op=m["op"], shapes=m["shapes"],
+                         path=m.get("path", ""), at=m.get("at")) for m in plan.all_misses()]
+    notes = []
+    if offload not in (None, False):
+        notes.append(f"offload={offload!r} recorded; host offload of MoE activations is a later issue (no-op)")
+    if streams:
+        notes.append("streams=True recorded; multistream annotations are a later issue (no-op)")
+    return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
+                  streams=streams, notes=notes)
+
+
+def _name(fn):
+    f = fn
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__qualname__", getattr(f, "__name__", repr(f)))

@@ -1,0 +1,589 @@
+"""Emission: dispatch the selected (token, expert) pairs, re-emit the site's region on the grouped rows
+(expert dots -> `grouped_matmul`), and combine with the weights the model computed.
+
+Two evaluations of the region share one code path (`RowEval`):
+  * pair order (one row per (token, choice) pair, P = T*k): small routing tensors -- the combine weights
+    w[t, j] = gate[t, I[t, j]] (or the capacity combine tensor at the pair's (expert, slot)), the capacity
+    keep mask, the slot index;
+  * row order (rows sorted by expert, what `moe_dispatch` returns): the dense expert compute.
+Each region value becomes [rows, *feature axes]: token/expert/slot axes are fixed by the row's
+coordinates; leaves are gathered by them (tokens by the dispatch, weights by `grouped_matmul`'s groups).
+
+The dispatch/combine backend is one seam (`route`, `combine`): the FFI ops from `jax_moe_ffi.ops.dispatch`
+when importable, else a pure-JAX argsort fallback (`BACKEND = "jax"` forces it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import jax.numpy as jnp
+from jax import lax
+
+from jax_moe_ffi.rewrite import facts as F
+from jax_moe_ffi.rewrite.ir import Lit, Var
+from jax_moe_ffi.rewrite.match import others
+
+BACKEND = "auto"  # "auto" | "ops" | "jax"
+
+
+# ---------------------------------------------------------------------------- dispatch backend seam
+def _ops():
+    if BACKEND == "jax":
+        return None
+    try:
+        from jax_moe_ffi.ops import dispatch as d
+        d.moe_dispatch, d.moe_combine, d.moe_routing  # noqa: B018
+        return d
+    except Exception:  # noqa: BLE001
+        if BACKEND == "ops":
+            raise
+        return None
+
+
+class Routing:
+    def __init__(self, row_pair, group_sizes, pos, k, native=None):
+        self.row_pair = row_pair
+        self.group_sizes = group_sizes
+        self.pos = pos
+        self.k = k
+        self.native = native
+
+
+def route(ids, num_experts, keep=None, x=None):
+    """(rows of x or None, Routing). ids [T, k] int32; keep [T, k] bool or None; x [T, D] or None."""
+    d = _ops()
+    if d is not None:
+        if x is not None:
+            rows, gs, r = d.moe_dispatch(x, ids, num_experts, keep=keep)
+        else:
+            rows, r = None, d.moe_routing(ids, num_experts, keep=keep)
+            gs = r.group_sizes
+        return rows, Routing(r.row_pair, gs, r.pos, ids.shape[1], native=r)
+    t, k = ids.shape
+    p = t * k
+    flat = ids.reshape(-1)
+    valid = (flat >= 0) & (flat < num_experts)
+    if keep is not None:
+        valid = valid & keep.reshape(-1)
+    key = jnp.where(valid, flat, num_experts)
+    order = jnp.argsort(key, stable=True).astype(jnp.int32)
+    row_pair = jnp.where(valid[order], order, -1)
+    gs = jnp.zeros((num_experts,), jnp.int32).at[jnp.where(valid, flat, num_experts)].add(1, mode="drop")
+    pos = jnp.zeros((p,), jnp.int32).at[order].set(jnp.arange(p, dtype=jnp.int32))
+    pos = jnp.where(valid, pos, -1).reshape(t, k)
+    rows = None
+    if x is not None:
+        src = jnp.maximum(row_pair, 0) // k
+        rows = jnp.where((row_pair >= 0)[:, None], x[src], jnp.zeros((), x.dtype))
+    return rows, Routing(row_pair, gs, pos, k)
+
+
+def combine(rows, routing, weights):
+    """y[t] = sum_j w[t, j] * rows[pos[t, j]] over kept pairs; rows' dtype."""
+    d = _ops()
+    if d is not None and routing.native is not None and np.dtype(rows.dtype) in (
+            np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16)):
+        return d.moe_combine(rows, routing.native, weights.astype(jnp.float32))
+    pos = routing.pos
+    valid = pos >= 0
+    g = rows[jnp.maximum(pos, 0)].astype(jnp.float32)  # [T, k, D]
+    contrib = jnp.where(valid[..., None], weights.astype(jnp.float32)[..., None] * g, 0.0)
+    return contrib.sum(axis=1).astype(rows.dtype)
+
+
+# ------------------------------------------------------------------------------------ rows form
+def _gather(val, lab, coords):
+    """val at the row coordinates of its labeled axes: [n, *unlabeled axes] (or [1, ...] if none)."""
+    nd = val.ndim
+    idx_axes = [a for a in range(nd) if lab[a] is not None and not lab[a][1]]
+    bc_axes = [a for a in range(nd) if lab[a] is not None and lab[a][1]]
+    oth = [a for a in range(nd) if lab[a] is None]
+    x = jnp.transpose(val, idx_axes + bc_axes + oth) if nd else val
+    x = x.reshape(tuple(val.shape[a] for a in idx_axes) + tuple(val.shape[a] for a in oth))
+    if not idx_axes:
+        return x[None]
+    idx = tuple(jnp.clip(coords[lab[a][0]], 0, val.shape[a] - 1) for a in idx_axes)
+    return x[idx]
+
+
+class Coords(dict):
+    """Row coordinates by label; "C+s" (a slot coordinate before a [s:] slice) is derived on demand."""
+
+    def __missing__(self, key):
+        if isinstance(key, str) and key.startswith("C+"):
+            v = self["C"] + int(key[2:])
+            self[key] = v
+            return v
+        raise KeyError(key)
+
+
+def _lit_value(a):
+    return np.asarray(a.val, dtype=a.dtype)
+
+
+class RowEval:
+    def __init__(self, site, prog, read, coords, n, group_sizes=None, primary_rows=None, facts=None,
+                 read_stacked=None):
+        self.site = site
+        self.prog = prog
+        self.read = read
+        self.coords = coords
+        self.n = n
+        self.gs = group_sizes
+        self.memo = {}
+        self.facts = facts
+        self.read_stacked = read_stacked
+        if primary_rows is not None and site.primary is not None:
+            self.memo[site.primary] = primary_rows
+
+    # -- helpers
+    def lab(self, v):
+        return self.site.labels.get(v, tuple([None] * v.ndim))
+
+    def oth(self, v):
+        return others(v, self.site.labels)
+
+    def out_shape(self, v):
+        return (self.n,) + tuple(v.shape[a] for a in self.oth(v))
+
+    def full(self, x, v):
+        shp = self.out_shape(v)
+        return x if tuple(x.shape) == shp else jnp.broadcast_to(x, shp)
+
+    def scalar(self, a):
+        return _lit_value(a) if isinstance(a, Lit) else self.read(a)
+
+    # -- values
+    def rows(self, v):
+        if isinstance(v, Lit):
+            if v.ndim == 0:
+                return _lit_value(v)
+            lab = self.site.labels.get(v, tuple([None] * v.ndim))
+            return _gather(jnp.asarray(_lit_value(v)), lab, self.coords)
+        if v.ndim == 0 and v not in self.site.labels:
+            return self.read(v)
+        if v in self.memo:
+            return self.memo[v]
+        kind = self.site.kinds.get(v)
+        if kind is None:
+            self._eqn(self.prog.producer[v])
+            return self.memo[v]
+        r = self._leaf(v, kind)
+        self.memo[v] = r
+        return r
+
+    def _leaf(self, v, kind):
+        lab = self.lab(v)
+        if kind == "iota":
+            e = self.prog.producer[v]
+            dim = e.params["dimension"]
+            oth = self.oth(v)
+            dt = e.params["dtype"]
+            if lab[dim] is not None and not lab[dim][1]:
+                c = self.coords[lab[dim][0]].astype(dt)
+                return c.reshape((self.n,) + (1,) * len(oth))
+            if lab[dim] is not None:
+                return jnp.zeros((1,) + tuple(v.shape[a] for a in oth), dt)
+            return lax.broadcasted_iota(dt, (1,) + tuple(v.shape[a] for a in oth), 1 + oth.index(dim))
+        if kind == "vexp":
+            st = self.read_stacked(v)  # [E, *v.shape]
+            idx = jnp.clip(self.coords["E"], 0, st.shape[0] - 1)
+            return _gather_rest(st[idx], lab)
+        return _gather(self.read(v), lab, self.coords)
+
+    # -- equations
+    def _eqn(self, e):
+        name = e.name
+        site = self.site
+        outs = e.outs
+        if name == "dot_general":
+            r = self._dot(e)
+            self.memo[outs[0]] = r
+            return
+        if e in site.eslices:
+            x = self.full(self.rows(e.ins[0]), e.ins[0])
+            self.memo[outs[0]] = x.reshape(self.out_shape(outs[0]))
+            return
+        ins = e.ins
+        if name in F.ELEMENTWISE:
+            out = outs[0]
+            ops = []
+            for i, a in enumerate(ins):
+                if a.ndim == 0:
+                    ops.append(self.scalar(a) if (e, i) not in site.elits else
+                               self.coords["E"].astype(a.dtype).reshape((self.n,) + (1,) * len(self.oth(out))))
+                    continue
+                ops.append(self.full(self.rows(a), out))
+            if (any((e, i) in site.elits for i in range(len(ins)))):
+                ops = [jnp.broadcast_to(o, self.out_shape(out)) if hasattr(o, "shape") and o.ndim else o
+                       for o in ops]
+            if name in ("alias", "sharding_constraint", "optimization_barrier"):
+                r = ops[0]
+            else:
+                r = e.prim.bind(*ops, **e.prim.get_bind_params(e.params))
+            self.memo[out] = r
+            return
+        x = self.rows(ins[0]) if ins[0].ndim else None
+        v0 = ins[0]
+        oth0 = self.oth(v0) if isinstance(v0, Var) else list(range(v0.ndim))
+        out = outs[0]
+        p = e.params
+        if name == "broadcast_in_dim":
+            bd = p["broadcast_dimensions"]
+            oo = self.oth(out)
+            nbd = (0,) + tuple(1 + oo.index(bd[i]) for i in oth0)
+            if x is None:
+                x = self.scalar(v0)
+                x = jnp.asarray(x).reshape((1,))
+                nbd = (0,)
+            r = lax.broadcast_in_dim(x, self.out_shape(out), nbd)
+        elif name == "reshape":
+            r = jnp.reshape(self.full(x, v0), self.out_shape(out))
+        elif name == "squeeze":
+            dims = [d % v0.ndim for d in p["dimensions"]]
+            sq = tuple(1 + oth0.index(d) for d in dims if d in oth0)
+            r = jnp.squeeze(x, sq) if sq else x
+            r = r.reshape((r.shape[0],) + tuple(out.shape[a] for a in self.oth(out)))
+        elif name == "transpose":
+            perm = p["permutation"]
+            r = jnp.transpose(x, (0,) + tuple(1 + oth0.index(perm[a]) for a in self.oth(out)))
+        elif name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+                      "argmax", "argmin"):
+            axes = tuple(1 + oth0.index(a) for a in p["axes"])
+            np_ = dict(e.prim.get_bind_params(p))
+            np_["axes"] = axes
+            r = e.prim.bind(x, **np_)
+        elif name in F.CUMULATIVE:
+            np_ = dict(p)
+            np_["axis"] = 1 + oth0.index(p["axis"] % v0.ndim)
+            r = e.prim.bind(self.full(x, v0), **np_)
+        elif name == "slice":
+            st, li, sr = p["start_indices"], p["limit_indices"], p["strides"]
+            x = self.full(x, v0)
+            r = lax.slice(x, (0,) + tuple(st[a] for a in oth0), (self.n,) + tuple(li[a] for a in oth0),
+                          None if sr is None else (1,) + tuple(sr[a] for a in oth0))
+        elif name == "dynamic_slice":
+            sizes = p["slice_sizes"]
+            idx = [self.scalar(a) for a in ins[1:]]
+            x = self.full(x, v0)
+            r = lax.dynamic_slice(x, [0] + [idx[a] for a in oth0], (self.n,) + tuple(sizes[a] for a in oth0))
+        elif name == "concatenate":
+            dim = p["dimension"]
+            oo = self.oth(out)
+            parts = [self.full(self.rows(a), a) for a in ins]
+            r = lax.concatenate(parts, 1 + oo.index(dim))
+        elif name == "pad":
+            cfg = p["padding_config"]
+            pv = self.scalar(ins[1])
+            r = lax.pad(self.full(x, v0), jnp.asarray(pv, x.dtype), [(0, 0, 0)] + [tuple(cfg[a]) for a in oth0])
+        elif name == "split":
+            ax = p["axis"] % v0.ndim
+            rs = jnp.split(self.full(x, v0), np.cumsum(p["sizes"])[:-1].tolist(), axis=1 + oth0.index(ax))
+            for o, rr in zip(outs, rs):
+                self.memo[o] = rr
+            return
+        elif name == "optimization_barrier":
+            for o, a in zip(outs, ins):
+                self.memo[o] = self.rows(a)
+            return
+        else:  # pragma: no cover - the analysis only admits the ops above
+            raise NotImplementedError(name)
+        self.memo[out] = r
+
+    def _dot(self, e):
+        site = self.site
+        plan = site.gemms.get(e)
+        if plan is not None:
+            return self._gemm(e, plan)
+        A, B = e.ins
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        if e is site.disp_eqn and self.facts is not None and self.facts.get(site.disp_operand).binary \
+                and site.keep_is_nonzero:
+            # 0/1 dispatch mask at kept pairs: the row is the token itself
+            other = B if A is site.disp_operand else A
+            r = self.full(self.rows(other), other)
+            return r.astype(e.outs[0].dtype)
+        la, lb_ = self.lab(A), self.lab(B)
+        ra, rb_ = self.rows(A), self.rows(B)
+        oa, ob = self.oth(A), self.oth(B)
+        hasr_a = ra.shape[0] == self.n and self._coord_dep(A)
+        hasr_b = rb_.shape[0] == self.n and self._coord_dep(B)
+        if not hasr_a:
+            ra = ra.reshape(ra.shape[1:]) if ra.shape[0] == 1 else ra[0]
+        if not hasr_b:
+            rb_ = rb_.reshape(rb_.shape[1:]) if rb_.shape[0] == 1 else rb_[0]
+        sa, sb = int(hasr_a), int(hasr_b)
+        nlc, nrc, nlb, nrb = [], [], [], []
+        for i, j in zip(lc, rc):
+            if la[i] is None and lb_[j] is None:
+                nlc.append(sa + oa.index(i))
+                nrc.append(sb + ob.index(j))
+        tags = []
+        if hasr_a and hasr_b:
+            nlb.append(0)
+            nrb.append(0)
+            tags.append("R")
+        # original output index of each operand axis
+        lfree = [i for i in range(A.ndim) if i not in lc and i not in lb]
+        rfree = [j for j in range(B.ndim) if j not in rc and j not in rb]
+        out_of_a = {i: k for k, i in enumerate(lb)}
+        out_of_a.update({i: len(lb) + k for k, i in enumerate(lfree)})
+        out_of_b = {j: k for k, j in enumerate(rb)}
+        out_of_b.update({j: len(lb) + len(lfree) + k for k, j in enumerate(rfree)})
+        for i, j in zip(lb, rb):
+            if la[i] is None and lb_[j] is None:
+                nlb.append(sa + oa.index(i))
+                nrb.append(sb + ob.index(j))
+                tags.append(out_of_a[i])
+        ra_axes = (["R"] if hasr_a else []) + oa
+        rb_axes = (["R"] if hasr_b else []) + ob
+        for k_, ax in enumerate(ra_axes):
+            if k_ in nlc or k_ in nlb:
+                continue
+            tags.append("R" if ax == "R" else out_of_a[ax])
+        for k_, ax in enumerate(rb_axes):
+            if k_ in nrc or k_ in nrb:
+                continue
+            tags.append("R" if ax == "R" else out_of_b[ax])
+        out = e.outs[0]
+        pet = e.params.get("preferred_element_type")
+        r = lax.dot_general(ra, rb_, ((tuple(nlc), tuple(nrc)), (tuple(nlb), tuple(nrb))),
+                            precision=e.params.get("precision"), preferred_element_type=pet)
+        if "R" not in tags:
+            r = r[None]
+            tags = ["R"] + tags
+        target = ["R"] + self.oth(out)
+        r = jnp.transpose(r, [tags.index(t) for t in target])
+        return self.full(r, out).astype(out.dtype)
+
+    def _coord_dep(self, v):
+        if isinstance(v, Lit):
+            return False
+        kind = self.site.kinds.get(v)
+        if kind == "free":
+            return False
+        if kind == "iota":
+            e = self.prog.producer[v]
+            L = self.lab(v)[e.params["dimension"]]
+            return L is not None and not L[1]
+        return True
+
+    def _gemm(self, e, plan):
+        from jax_moe_ffi.ops.grouped_gemm import grouped_matmul
+        if self.gs is None:
+            raise NotImplementedError("grouped GEMM in pair order")
+        W, P = plan["w"], plan["rows_from"]
+        rp = self.full(self.rows(P), P)
+        op = self.oth(P)
+        rp = jnp.transpose(rp, (0,) + tuple(1 + op.index(a) for a in plan["pc"]))
+        lhs = rp.reshape(self.n, plan["K"])
+        if plan["virtual"]:
+            w = self.read_stacked(W)
+            shift = 1
+            e_ax = 0
+        else:
+            w = self.read(W)
+            shift = 0
+            e_ax = plan["e_ax"]
+        wc = [a + shift for a in plan["wc"]]
+        wf = [a + shift for a in plan["w_free"]]
+        ne = w.shape[e_ax]
+        order_kn = [e_ax] + wc + wf
+        order_nk = [e_ax] + wf + wc
+        if order_nk == list(range(w.ndim)) and order_kn != list(range(w.ndim)):
+            rhs = w.reshape(ne, plan["N"], plan["K"])
+            tr = True
+        else:
+            rhs = jnp.transpose(w, order_kn).reshape(ne, plan["K"], plan["N"])
+            tr = False
+        out_dt = plan["out_dtype"]
+        pet = jnp.float32 if out_dt == np.dtype(np.float32) and np.dtype(lhs.dtype) != out_dt else None
+        r = grouped_matmul(lhs, rhs, self.gs, preferred_element_type=pet, transpose_rhs=tr)
+        return r.reshape((self.n,) + tuple(w.shape[a] for a in wf)).astype(e.outs[0].dtype)
+
+    def root_rows(self):
+        site = self.site
+        root = site.root
+        if site.root_kind == "chain":
+            return self.full(self.rows(site.template_out), site.template_out)
+        if site.root_kind == "dot":
+            return self._dot(root)
+        z = root.ins[0]
+        oz = self.oth(z)
+        rz = self.full(self.rows(z), z)
+        axes = tuple(1 + oz.index(a) for a in root.params["axes"] if a in oz)
+        return jnp.sum(rz, axis=axes, dtype=root.outs[0].dtype) if axes else rz.astype(root.outs[0].dtype)
+
+
+def _gather_rest(x, lab):
+    """x [n, *v.shape] -> [n, *unlabeled axes] (bcast-labeled axes are size 1 and dropped)."""
+    oth = [a for a in range(len(lab)) if lab[a] is None]
+    return x.reshape((x.shape[0],) + tuple(x.shape[1 + a] for a in oth))
+
+
+# ------------------------------------------------------------------------------------------ emit
+def emit_site(site, prog, read, facts, mode="exact", read_stacked=None):
+    """The value of site.out computed by dispatch -> grouped GEMMs -> combine."""
+    I = read(site.I)
+    b, j = site.b_axes, site.j_axis
+    tshape = site.token_shape
+    t, k, ne = site.num_tokens, site.k, site.E
+    ids = jnp.transpose(I, b + ([] if j is None else [j])).reshape(t, k).astype(jnp.int32)
+    ids_flat = ids.reshape(-1)
+    p = t * k
+
+    def coords_for(pair):  # pair: [n] flat pair index
+        c = Coords({"E": ids_flat[pair]})
+        tok = pair // k
+        rem = tok
+        for i in reversed(range(len(tshape))):
+            c[("T", i)] = rem % tshape[i]
+            rem = rem // tshape[i]
+        c["J"] = pair % k
+        return c
+
+    pairs = jnp.arange(p, dtype=jnp.int32)
+    pc = coords_for(pairs)
+    if mode == "dropless" and site.S is not None:
+        read = _dropless_reader(site, prog, read)
+    if site.S is not None:
+        pc["C"] = _slot_at(read(site.S), site.s_roles, pc) - site.s_off
+    pe = RowEval(site, prog, read, pc, p, facts=facts, read_stacked=read_stacked)
+    keep = None
+    site.keep_is_nonzero = False
+    if site.S is not None:
+        if mode == "exact":
+            dv = pe.full(pe.rows(site.disp_operand), site.disp_operand).reshape(p)
+            cc = pc["C"]
+            keep = ((dv != 0) & (cc >= 0) & (cc < site.C)).reshape(t, k)
+            site.keep_is_nonzero = True
+        else:
+            site.keep_is_nonzero = True
+    # weights
+    if site.weights_operand is not None:
+        w = pe.full(pe.rows(site.weights_operand), site.weights_operand).reshape(t, k)
+    else:
+        w = jnp.ones((t, k), jnp.float32)
+    # dispatch
+    x2d = None
+    if site.primary is not None:
+        xv = read(site.primary)
+        lab = site.labels[site.primary]
+        tax = sorted([a for a in range(xv.ndim) if lab[a] is not None], key=lambda a: lab[a][0][1])
+        oth = [a for a in range(xv.ndim) if lab[a] is None]
+        x2d = jnp.transpose(xv, tax + oth).reshape(t, -1)
+    rows_x, routing = route(ids, ne, keep=keep, x=x2d)
+    rp = routing.row_pair
+    n = rp.shape[0]
+    rc = coords_for(jnp.maximum(rp, 0))
+    if site.S is not None:
+        rc["C"] = pc["C"][jnp.maximum(rp, 0)]
+    prim_rows = None
+    if rows_x is not None:
+        pv = site.primary
+        prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
+    re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
+                 facts=facts, read_stacked=read_stacked)
+    if site.rows_operand is not None:
+        rows = re.full(re.rows(site.rows_operand), site.rows_operand)
+        if site.gather_perm is not None:
+            rows = jnp.transpose(rows, [0] + [1 + i for i in site.gather_perm])
+    else:
+        rows = re.root_rows()
+    out = site.out
+    oshape = tuple(rows.shape[1:])
+    olab = site.out_labels
+    nt = len(tshape)
+    per_choice = any(L is not None and L[0] == "J" for L in olab)
+    if per_choice:  # out[t, j] = w[t, j] * row of pair (t, j): a gather, no sum over choices
+        pos = routing.pos
+        g = rows[jnp.maximum(pos, 0)].astype(jnp.float32)  # [T, k, *oshape]
+        wk = w.astype(jnp.float32).reshape((t, k) + (1,) * len(oshape))
+        y = jnp.where((pos >= 0).reshape((t, k) + (1,) * len(oshape)), wk * g, 0.0).astype(rows.dtype)
+        y = y.reshape(tshape + (k,) + oshape)
+    else:
+        y = combine(rows.reshape(n, -1), routing, w)
+        y = y.reshape(tshape + oshape)
+    src = []
+    u = 0
+    nfix = nt + int(per_choice)
+    for a in range(out.ndim):
+        if olab[a] is not None:
+            src.append(nt if olab[a][0] == "J" else olab[a][0][1])
+        else:
+            src.append(nfix + u)
+            u += 1
+    y = jnp.transpose(y, src)
+    for a in site.extra_terms:  # a residual summed in the same chain as the per-expert terms
+        y = y + (_lit_value(a) if isinstance(a, Lit) else read(a)).astype(y.dtype)
+    return y.astype(out.dtype)
+
+
+def _slot_at(S, roles, c):
+    idx = []
+    for r in roles:
+        idx.append(c["J"] if r == "J" else c["E"] if r == "E" else c[r])
+    return S[tuple(idx)].astype(jnp.int32)
+
+
+def _from_cumsum(prog, v, limit=64):
+    stack, seen = [v], set()
+    while stack and len(seen) < limit:
+        x = stack.pop()
+        e = prog.producer.get(x) if isinstance(x, Var) else None
+        if e is None or e in seen:
+            continue
+        seen.add(e)
+        if e.name in F.CUMULATIVE:
+            return True
+        stack += list(e.ins)
+    return False
+
+
+def _dropless_reader(site, prog, read):
+    """Leaf values re-evaluated with the capacity comparisons forced to 'fits' (mode='dropless')."""
+    C = site.C
+    overrides = {}
+    for e in prog.flat:
+        if e.name not in ("lt", "le", "gt", "ge") or len(e.ins) != 2:
+            continue
+        a, b = e.ins
+        ca = a.scalar() if isinstance(a, Lit) else None
+        cb = b.scalar() if isinstance(b, Lit) else None
+        caps = {c for c in (C - 1, C, C + site.s_off - 1, C + site.s_off) if c > 0}
+        # a running count (cumsum) compared with the capacity: force "fits"
+        if cb in caps and not isinstance(a, Lit) and _from_cumsum(prog, a):
+            overrides[e] = e.name in ("lt", "le")
+        elif ca in caps and not isinstance(b, Lit) and _from_cumsum(prog, b):
+            overrides[e] = e.name in ("gt", "ge")
+    if not overrides:
+        site.notes.append("dropless: no capacity comparison found; weights as the model computes them")
+        return read
+    affected = set()
+    for e in prog.flat:
+        if e in overrides or any(isinstance(x, Var) and x in affected for x in e.ins):
+            affected.update(e.outs)
+    memo = {}
+
+    def value(v):
+        if isinstance(v, Lit):
+            return _lit_value(v)
+        if v not in affected:
+            return read(v)
+        if v in memo:
+            return memo[v]
+        e = prog.producer[v]
+        if e in overrides:
+            memo[v] = jnp.full(v.shape, overrides[e], bool)
+            return memo[v]
+        args = [value(x) for x in e.ins]
+        if e.kind == "alias":
+            outs = args
+        else:
+            r = e.prim.bind(*args, **e.prim.get_bind_params(e.params))
+            outs = r if e.prim.multiple_results else [r]
+        for o, val in zip(e.outs, outs):
+            memo[o] = val
+        return memo[v]
+
+    return value

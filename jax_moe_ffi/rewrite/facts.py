@@ -1,0 +1,693 @@
+"""Axis maps of primitives and the forward facts of the pass (an abstract interpretation).
+
+Axis map: for each output axis of an equation, how it relates to operand axes:
+  ("pt", {operand: (axis, bcast)})  the same index (pointwise); bcast=True when that operand has size 1 there
+  ("new", {})                       the value is constant along this axis (broadcast)
+  ("mix", {})                       the value mixes positions along this axis (cumsum, partial slice, ...)
+plus, per operand, the axes it reduces or contracts.
+
+Facts (per variable):
+  view  (X, xmap)   int value equal to X[coords[xmap]]: a broadcast/transposed view of index array X
+  iota  a           value equal to its coordinate along axis a
+  const c           every element equals the scalar c
+  cons  {Con}       *sparsity*: the value is zero wherever a constraint fails. Con(cat, src, xmap): the
+                    coordinate along axis `cat` (or the fixed column ('col', e)) must equal src[...] where
+                    src's axes are indexed by value axes (ints) or by existentially bound axes (Bound:
+                    summed away, e.g. the choice axis j of top_k after `sum_j one_hot(I)[t,j,e] * w[t,j]`)
+  binary            values are in {0, 1}
+  neg   {Con}       the value is hugely negative (-inf, -1e9) wherever a constraint fails (masked logits);
+                    exp() turns it into `cons`
+A constraint's `off` records a one-hot sliced [off:] (MaxText's (C+1)-way position one-hot). A size-1
+category axis that disappears becomes a fixed column ("col", e) (family 4: `gate[:, e:e+1]`, `I == e`).
+Top-k index arrays (outputs of `top_k`/`approx_top_k`, and `argmax` as top-1) are the sources whose
+constraints prove sparsity: their entries are distinct and in range. One-hots come from `eq(view, iota)`,
+scatters of top-k choices into zeros (`zeros.at[b, s, I].set(w)`) and jnp's index fix-ups are seen through.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jax_moe_ffi.rewrite.ir import Lit, Var
+
+# f(0) == 0 unary ops, elementwise
+ZERO_PRESERVING_UNARY = {
+    "neg", "convert_element_type", "copy", "copy_p", "reduce_precision", "stop_gradient", "tanh", "sin",
+    "tan", "asin", "atan", "sinh", "asinh", "atanh", "sqrt", "cbrt", "abs", "sign", "erf", "expm1", "log1p",
+    "integer_pow", "square", "real", "imag", "floor", "ceil", "round", "name", "sharding_constraint",
+    "optimization_barrier", "erf_inv",
+}
+IDENTITY_UNARY = {"copy", "copy_p", "stop_gradient", "name", "sharding_constraint", "reduce_precision",
+                  "optimization_barrier", "alias"}
+ELEMENTWISE = ZERO_PRESERVING_UNARY | {
+    "add", "sub", "mul", "div", "rem", "pow", "max", "min", "nextafter", "atan2", "is_finite", "exp",
+    "exp2", "log", "logistic", "cos", "acos", "cosh", "acosh", "rsqrt", "erfc", "lgamma", "digamma",
+    "and", "or", "not", "xor", "eq", "ne", "lt", "le", "gt", "ge", "select_n", "clamp", "conj",
+    "shift_left", "shift_right_logical", "shift_right_arithmetic", "population_count", "clz", "igamma",
+    "igammac", "random_gamma_grad", "bessel_i0e", "bessel_i1e", "alias", "add_any",
+}
+REDUCES = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor",
+           "argmax", "argmin"}
+CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
+TOPK = ("top_k", "approx_top_k")
+
+
+class Bound:
+    """An existentially bound (summed-away) axis; identity is what matters."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"b{id(self) % 997}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Con:
+    cat: object  # int axis, or ("col", e)
+    src: Var
+    xmap: tuple  # per src axis: int value axis | Bound
+    off: int = 0  # coordinate + off == src[...] (a one-hot sliced [off:])
+
+    def remap(self, fn_axis, bound_for, shape=None):
+        """fn_axis(ax) -> new axis | None (gone) ; bound_for(ax) -> Bound | None (mixed/dropped).
+        A size-1 category axis that goes away (squeeze, broadcast) leaves a fixed column: ("col", off)."""
+        cat = self.cat
+        off = self.off
+        if isinstance(cat, int):
+            nc = fn_axis(cat)
+            if nc is None:
+                if shape is not None and shape[cat] == 1 and bound_for(cat) is None:
+                    cat, off = ("col", self.off), 0
+                else:
+                    return None
+            else:
+                cat = nc
+        xm = []
+        for a in self.xmap:
+            if isinstance(a, Bound):
+                xm.append(a)
+                continue
+            na = fn_axis(a)
+            if na is None:
+                b = bound_for(a)
+                if b is None:
+                    return None
+                xm.append(b)
+            else:
+                xm.append(na)
+        return Con(cat, self.src, tuple(xm), off)
+
+
+@dataclasses.dataclass
+class Fact:
+    view: tuple | None = None  # (X, xmap)
+    iota: int | None = None
+    const: object = None
+    cons: frozenset = frozenset()
+    binary: bool = False
+    neg: frozenset = frozenset()  # constraints outside which the value is hugely negative (-inf, -1e9)
+
+    def empty(self):
+        return self.view is None and self.iota is None and self.const is None and not self.cons \
+            and not self.neg and not self.binary
+
+
+EMPTY = Fact()
+
+
+# ------------------------------------------------------------------------------------------ axis maps
+def _shape(a):
+    return tuple(a.shape)
+
+
+def axis_map(eqn):
+    """(outs, reduced): outs[o][a] = (kind, {operand: (axis, bcast)}); reduced[i] = set of reduced axes."""
+    name = eqn.name
+    p = eqn.params
+    ins = eqn.ins
+    reduced = {}
+    if name in ELEMENTWISE:
+        out = eqn.outs[0]
+        m = []
+        for a in range(out.ndim):
+            d = {}
+            for i, x in enumerate(ins):
+                if x.ndim == out.ndim:
+                    d[i] = (a, x.shape[a] != out.shape[a])
+            m.append(("pt", d))
+        return [m], reduced
+    if name == "optimization_barrier":
+        return [[("pt", {i: (a, False)}) for a in range(o.ndim)] for i, o in enumerate(eqn.outs)], reduced
+    if name == "broadcast_in_dim":
+        out = eqn.outs[0]
+        bd = tuple(p["broadcast_dimensions"])
+        op = ins[0]
+        m = []
+        for a in range(out.ndim):
+            if a in bd:
+                i = bd.index(a)
+                m.append(("pt", {0: (i, op.shape[i] != out.shape[a])}))
+            else:
+                m.append(("new", {}))
+        return [m], reduced
+    if name == "reshape":
+        return [_reshape_map(ins[0].shape, eqn.outs[0].shape, p.get("dimensions"))], reduced
+    if name == "squeeze":
+        dims = {d % ins[0].ndim for d in p["dimensions"]}
+        keep = [a for a in range(ins[0].ndim) if a not in dims]
+        return [[("pt", {0: (i, False)}) for i in keep]], reduced
+    if name == "expand_dims":
+        return None, None
+    if name == "transpose":
+        return [[("pt", {0: (i, False)}) for i in p["permutation"]]], reduced
+    if name in REDUCES:
+        axes = set(p["axes"])
+        keep = [a for a in range(ins[0].ndim) if a not in axes]
+        reduced[0] = axes
+        return [[("pt", {0: (i, False)}) for i in keep]], reduced
+    if name in CUMULATIVE:
+        ax = p["axis"] % ins[0].ndim
+        return [[("mix", {}) if a == ax else ("pt", {0: (a, False)}) for a in range(ins[0].ndim)]], reduced
+    if name == "dot_general":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        lhs, rhs = ins
+        m = [("pt", {0: (i, False), 1: (j, False)}) for i, j in zip(lb, rb)]
+        m += [("pt", {0: (i, False)}) for i in range(lhs.ndim) if i not in lc and i not in lb]
+        m += [("pt", {1: (j, False)}) for j in range(rhs.ndim) if j not in rc and j not in rb]
+        reduced[0] = set(lc)
+        reduced[1] = set(rc)
+        return [m], reduced
+    if name == "slice":
+        op = ins[0]
+        st, li, sr = p["start_indices"], p["limit_indices"], p["strides"]
+        m = []
+        for a in range(op.ndim):
+            full = st[a] == 0 and li[a] == op.shape[a] and (sr is None or sr[a] == 1)
+            m.append(("pt", {0: (a, False)}) if full else ("mix", {}))
+        return [m], reduced
+    if name == "dynamic_slice":
+        op = ins[0]
+        sizes = p["slice_sizes"]
+        return [[("pt", {0: (a, False)}) if sizes[a] == op.shape[a] else ("mix", {})
+                 for a in range(op.ndim)]], reduced
+    if name == "concatenate":
+        dim = p["dimension"]
+        out = eqn.outs[0]
+        return [[("mix", {}) if a == dim else ("pt", {i: (a, False) for i in range(len(ins))})
+                 for a in range(out.ndim)]], reduced
+    if name == "pad":
+        cfg = p["padding_config"]
+        return [[("pt", {0: (a, False)}) if tuple(cfg[a]) == (0, 0, 0) else ("mix", {})
+                 for a in range(ins[0].ndim)]], reduced
+    if name == "split":
+        ax = p["axis"] % ins[0].ndim
+        return [[("mix", {}) if a == ax else ("pt", {0: (a, False)}) for a in range(ins[0].ndim)]
+                for _ in eqn.outs], reduced
+    if name == "iota":
+        return [[("new", {}) for _ in range(eqn.outs[0].ndim)]], reduced
+    if name in TOPK:
+        op = ins[0]
+        ax = _topk_axis(eqn)
+        m = [("mix", {}) if a == ax else ("pt", {0: (a, False)}) for a in range(op.ndim)]
+        return [m, list(m)], reduced
+    if name == "sort":
+        ax = p["dimension"] % ins[0].ndim
+        m = [("mix", {}) if a == ax else ("pt", {i: (a, False) for i in range(len(ins))})
+             for a in range(ins[0].ndim)]
+        return [list(m) for _ in eqn.outs], reduced
+    if name == "rev":
+        dims = set(p["dimensions"])
+        return [[("mix", {}) if a in dims else ("pt", {0: (a, False)}) for a in range(ins[0].ndim)]], reduced
+    return None, None
+
+
+def _topk_axis(eqn):
+    op = eqn.ins[0]
+    if eqn.name == "top_k":
+        return eqn.params.get("axis", -1) % op.ndim
+    return eqn.params.get("reduction_dimension", -1) % op.ndim
+
+
+def _reshape_map(in_shape, out_shape, dimensions):
+    n_out = len(out_shape)
+    if dimensions is not None and tuple(dimensions) != tuple(range(len(in_shape))):
+        return [("mix", {})] * n_out
+    ins_ = [a for a in range(len(in_shape)) if in_shape[a] != 1]
+    outs_ = [a for a in range(n_out) if out_shape[a] != 1]
+    m = [("new", {}) if out_shape[a] == 1 else ("mix", {}) for a in range(n_out)]
+    i = j = 0
+    while i < len(ins_) and j < len(outs_):
+        gi, gj = [ins_[i]], [outs_[j]]
+        pi, pj = in_shape[ins_[i]], out_shape[outs_[j]]
+        i += 1
+        j += 1
+        while pi != pj:
+            if pi < pj:
+                if i >= len(ins_):
+                    return [("mix", {})] * n_out
+                gi.append(ins_[i])
+                pi *= in_shape[ins_[i]]
+                i += 1
+            else:
+                if j >= len(outs_):
+                    return [("mix", {})] * n_out
+                gj.append(outs_[j])
+                pj *= out_shape[outs_[j]]
+                j += 1
+        if len(gi) == 1 and len(gj) == 1:
+            m[gj[0]] = ("pt", {0: (gi[0], False)})
+    return m
+
+
+def operand_to_out(omap, operand):
+    """{operand axis: out axis} for non-broadcast pointwise axes."""
+    r = {}
+    for a, (kind, d) in enumerate(omap):
+        if kind == "pt" and operand in d and not d[operand][1]:
+            r[d[operand][0]] = a
+    return r
+
+
+# ------------------------------------------------------------------------------------- forward facts
+ROUTERS = TOPK + ("argmax",)
+
+
+def is_topk_indices(v, prog):
+    """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1): distinct, in range."""
+    e = prog.producer.get(v)
+    if e is None:
+        return False
+    if e.name == "argmax":
+        return len(e.params["axes"]) == 1
+    return e.name in TOPK and len(e.outs) == 2 and e.outs[1] is v
+
+
+def topk_info(v, prog):
+    """(E, j_axis, b_axes) of a top_k index array; j_axis is None for argmax (k = 1, no choice axis)."""
+    e = prog.producer[v]
+    if e.name == "argmax":
+        return e.ins[0].shape[e.params["axes"][0]], None, list(range(v.ndim))
+    ax = _topk_axis(e)
+    return e.ins[0].shape[ax], ax, [a for a in range(v.ndim) if a != ax]
+
+
+def xj(c, j_axis):
+    """The constraint's entry for the top_k choice axis (None for argmax)."""
+    return None if j_axis is None else c.xmap[j_axis]
+
+
+def lit_fact(a):
+    if isinstance(a, Lit):
+        s = a.scalar()
+        if s is not None:
+            return Fact(const=s, binary=s in (0, 1))
+        return EMPTY
+    return None
+
+
+class Facts:
+    def __init__(self, prog, seed=None):
+        self.prog = prog
+        self.f = dict(seed or {})
+        for e in prog.flat:
+            try:
+                outs = self._eqn(e)
+            except Exception:  # noqa: BLE001  (facts are best-effort; no fact = no rewrite)
+                outs = None
+            if outs:
+                for o, fo in zip(e.outs, outs):
+                    if fo is not None and not fo.empty():
+                        self.f[o] = fo
+
+    def get(self, a):
+        lf = lit_fact(a)
+        if lf is not None:
+            return lf
+        f = self.f.get(a)
+        if f is None:
+            if np.issubdtype(a.dtype, np.integer):
+                return Fact(view=(a, tuple(range(a.ndim))))
+            return EMPTY
+        if f.view is None and np.issubdtype(a.dtype, np.integer):  # an int value is a view of itself
+            return dataclasses.replace(f, view=(a, tuple(range(a.ndim))))
+        return f
+
+    def view(self, a):
+        """(X, xmap) for integer values (a value is trivially a view of itself)."""
+        if isinstance(a, Lit):
+            return None
+        fa = self.get(a)
+        if fa.view is not None:
+            return fa.view
+        if np.issubdtype(a.dtype, np.integer):
+            return (a, tuple(range(a.ndim)))
+        return None
+
+    # ------------------------------------------------------------------------------------------
+    def _transport(self, fact, omap, operand, bounds=None, keep_view=True, shape=None):
+        """Move an operand's facts to the output through the axis map."""
+        o2 = operand_to_out(omap, operand)
+        bounds = bounds or {}
+        fn = o2.get
+
+        def bound_for(a):
+            return bounds.get(a)
+
+        cons = set()
+        for c in fact.cons:
+            nc = c.remap(fn, bound_for, shape)
+            if nc is not None:
+                cons.add(nc)
+        neg = set()
+        for c in fact.neg:
+            nc = c.remap(fn, lambda a: None)
+            if nc is not None:
+                neg.add(nc)
+        nf = Fact(cons=frozenset(cons), binary=fact.binary, const=fact.const, neg=frozenset(neg))
+        if keep_view and fact.view is not None:
+            x, xm = fact.view
+            if all(a in o2 for a in xm):
+                nf.view = (x, tuple(o2[a] for a in xm))
+        if fact.iota is not None and fact.iota in o2:
+            nf.iota = o2[fact.iota]
+        return nf
+
+    def _eqn(self, e):
+        outs = self._eqn_inner(e)
+        if len(e.outs) == 1 and e.outs[0].dtype == np.bool_:
+            if not outs or outs[0] is None:
+                outs = [Fact(binary=True)]
+            else:
+                outs[0].binary = True
+        return outs
+
+    def _eqn_inner(self, e):
+        ins_ = e.ins
+        tr = self._transport
+
+        def transport(fact, omap, operand, **kw):
+            x = ins_[operand]
+            return tr(fact, omap, operand, shape=tuple(x.shape), **kw)
+
+        self._transport_e = transport
+        return self._eqn_inner2(e)
+
+    def _eqn_inner2(self, e):
+        name = e.name
+        if e.kind not in ("prim", "alias"):
+            return None
+        omaps, reduced = axis_map(e)
+        if name == "iota":
+            return [Fact(iota=e.params["dimension"])]
+        if name in TOPK:
+            return None
+        ins = e.ins
+        fs = [self.get(a) for a in ins]
+        if name in ("scatter", "scatter-add", "scatter_add"):
+            return [self._scatter(e, fs)]
+        if omaps is None:
+            return None
+        out = e.outs[0]
+        if name in IDENTITY_UNARY or name in ("broadcast_in_dim", "reshape", "squeeze", "transpose",
+                                               "convert_element_type"):
+            nf = self._transport_e(fs[0], omaps[0], 0)
+            return [nf]
+        if name == "slice":
+            return [self._slice(e, fs[0], omaps[0])]
+        if name == "integer_pow" and e.params["y"] <= 0:
+            return None
+        if name in ("exp", "exp2") and fs[0].neg:
+            t = self._transport_e(fs[0], omaps[0], 0)
+            return [Fact(cons=t.neg)]
+        if name in ("add", "sub") and any(f.neg for f in fs):
+            i = 0 if fs[0].neg else 1
+            if name == "sub" and i == 1 or (fs[1 - i].neg and fs[1 - i].neg != fs[i].neg):
+                return None
+            t = self._transport_e(fs[i], omaps[0], i)
+            return [Fact(neg=t.neg)]
+        if name == "div" and fs[0].neg and isinstance(ins[1], Lit) and (fs[1].const or 0) > 0:
+            t = self._transport_e(fs[0], omaps[0], 0)
+            return [Fact(neg=t.neg)]
+        if name in ZERO_PRESERVING_UNARY:
+            nf = self._transport_e(fs[0], omaps[0], 0, keep_view=False)
+            nf.iota = None
+            nf.binary = False
+            if nf.const is not None:
+                nf.const = None
+            return [nf]
+        if name == "eq":
+            return [self._eq(e, ins, omaps[0])]
+        if name in ("gt", "lt", "ne"):
+            # A > c, c < A (c >= 0) and A != 0 are False wherever A is zero
+            a_i, c_i = (0, 1) if name in ("gt", "ne") else (1, 0)
+            c = fs[c_i].const
+            if fs[a_i].cons and c is not None and (c == 0 if name == "ne" else c >= 0):
+                t = self._transport_e(fs[a_i], omaps[0], a_i)
+                return [Fact(cons=t.cons, binary=True)]
+            return None
+        if name in ("mul", "and"):
+            cons = set()
+            binary = True
+            for i, f in enumerate(fs):
+                t = self._transport_e(f, omaps[0], i)
+                cons |= t.cons
+                binary = binary and (f.binary or (f.const in (0, 1) if f.const is not None else False))
+            const = None
+            if any(f.const == 0 for f in fs if f.const is not None):
+                const = 0
+            return [Fact(cons=frozenset(cons), binary=binary, const=const)]
+        if name == "div":
+            t = self._transport_e(fs[0], omaps[0], 0)
+            return [Fact(cons=t.cons)]
+        if name in ("add", "sub", "max", "min", "or", "add_any"):
+            ts = [self._transport_e(f, omaps[0], i) for i, f in enumerate(fs)]
+            nonzero = [t for f, t in zip(fs, ts) if f.const != 0]
+            if not nonzero:
+                return [Fact(const=0)]
+            c0 = nonzero[0].cons
+            if c0 and all(t.cons == c0 for t in nonzero):
+                return [Fact(cons=c0, binary=name in ("max", "or") and all(t.binary for t in nonzero))]
+            return None
+        if name == "select_n":
+            return [self._select(ins, fs, omaps[0])]
+        if name in REDUCES:
+            return [self._reduce(e, fs[0], omaps[0], reduced[0])]
+        if name == "dot_general":
+            return [self.dot_product_fact(e, out_space=True)]
+
+        if name == "broadcast_in_dim":
+            return [self._transport_e(fs[0], omaps[0], 0)]
+        return None
+
+    def _slice(self, e, f, omap):
+        op = e.ins[0]
+        st, li = e.params["start_indices"], e.params["limit_indices"]
+        sr = e.params["strides"]
+        cons = set()
+        for c in f.cons:
+            ok = True
+            cat = c.cat
+            off = c.off
+            if isinstance(cat, int):
+                full = st[cat] == 0 and li[cat] == op.shape[cat] and (sr is None or sr[cat] == 1)
+                if not full:
+                    if sr is None or sr[cat] == 1:
+                        off = c.off + int(st[cat])  # one-hot sliced [s:]: coordinate + s == index
+                    else:
+                        ok = False
+            for a in c.xmap:
+                if isinstance(a, int) and not (st[a] == 0 and li[a] == op.shape[a]):
+                    ok = False
+            if ok:
+                cons.add(Con(cat, c.src, c.xmap, off))
+        nf = Fact(cons=frozenset(cons), binary=f.binary and bool(cons), const=f.const)
+        if f.view is not None and all(st[a] == 0 and li[a] == op.shape[a] for a in f.view[1]):
+            nf.view = f.view
+        return nf
+
+    def _eq(self, e, ins, omap):
+        a, b = ins
+        for x, y, ix, iy in ((a, b, 0, 1), (b, a, 1, 0)):
+            vx = self.view(x)
+            fy = self.get(y)
+            if vx is None:
+                continue
+            src, xm = vx
+            o2 = operand_to_out(omap, ix)
+            if not all(ax in o2 for ax in xm):
+                continue
+            xm_out = tuple(o2[ax] for ax in xm)
+            if fy.iota is not None:
+                oy = operand_to_out(omap, iy)
+                if fy.iota in oy:
+                    cat = oy[fy.iota]
+                    if cat not in xm_out:
+                        return Fact(cons=frozenset({Con(cat, src, xm_out)}), binary=True)
+            if isinstance(y, Lit) and fy.const is not None and float(fy.const).is_integer():
+                return Fact(cons=frozenset({Con(("col", int(fy.const)), src, xm_out)}), binary=True)
+        return None
+
+    def _nonneg_index(self, a):
+        """An iota or a view of top_k indices: already in range, jnp's negative-index fix-up is a no-op."""
+        f = self.get(a)
+        if f.iota is not None:
+            return True
+        return f.view is not None and is_topk_indices(f.view[0], self.prog)
+
+    def _select(self, ins, fs, omap):
+        pred = ins[0]
+        cases = ins[1:]
+        if len(cases) != 2:
+            return None
+        pe = self.prog.producer.get(pred) if isinstance(pred, Var) else None
+        if pe is not None and pe.name == "lt" and pe.ins[0] is cases[0] and isinstance(pe.ins[1], Lit) \
+                and pe.ins[1].scalar() == 0 and self._nonneg_index(cases[0]) \
+                and tuple(cases[0].shape) == tuple(cases[1].shape):
+            return self._transport_e(fs[1], omap, 1)  # where(i < 0, i + n, i) with i >= 0
+        tp = self._transport_e(fs[0], omap, 0)
+        t0 = self._transport_e(fs[1], omap, 1)
+        t1 = self._transport_e(fs[2], omap, 2)
+        if fs[1].const == 0 and tp.cons:
+            return Fact(cons=tp.cons | t1.cons, binary=fs[2].binary or fs[2].const == 1)
+        c0 = fs[1].const
+        if tp.cons and c0 is not None and isinstance(c0, (int, float)) and c0 <= -1e3:
+            return Fact(neg=tp.cons)
+        if fs[2].const == 0 and fs[0].cons and np.dtype(pred.dtype) == np.bool_:
+            return None  # where(p, 0, x): zero where p holds; not the sparsity we track
+        if t0.cons and t0.cons == t1.cons:
+            return Fact(cons=t0.cons)
+        return None
+
+    def _scatter(self, e, fs):
+        """zeros.at[iota_b..., I].set(w): zero except at (b, I[b, j]) -- a k-sparse gate."""
+        op, idx, upd = e.ins[:3]
+        if fs[0].const != 0 or isinstance(idx, Lit):
+            return None
+        dn = e.params["dimension_numbers"]
+        if tuple(dn.update_window_dims) or tuple(getattr(dn, "operand_batching_dims", ())) or \
+                tuple(dn.inserted_window_dims) != tuple(range(op.ndim)):
+            return None
+        sdod = tuple(dn.scatter_dims_to_operand_dims)
+        n = len(sdod)
+        if idx.shape[-1] != n or tuple(idx.shape[:-1]) != tuple(upd.shape):
+            return None
+        pieces = self._index_pieces(idx, n)
+        if pieces is None:
+            return None
+        nu = upd.ndim
+        iota_of = {}  # operand dim -> update axis
+        cat = src = None
+        for comp, (kind, val) in enumerate(pieces):
+            od = sdod[comp]
+            if kind == "iota":
+                iota_of[od] = val
+            elif kind == "view" and is_topk_indices(val[0], self.prog) and cat is None:
+                cat, src, xm = od, val[0], val[1]
+            else:
+                return None
+        if cat is None or len(set(iota_of.values())) != len(iota_of):
+            return None
+        _, j_axis, b_axes = topk_info(src, self.prog)
+        upd_to_od = {ua: od for od, ua in iota_of.items()}
+        xmap = []
+        b = Bound()
+        for ax in range(src.ndim):
+            ua = xm[ax]
+            if ax == j_axis:
+                if ua in upd_to_od:
+                    return None
+                xmap.append(b)
+            elif ua in upd_to_od:
+                xmap.append(upd_to_od[ua])
+            else:
+                return None
+        if len(iota_of) != len(b_axes) or any(ua >= nu for ua in xm):
+            return None
+        return Fact(cons=frozenset({Con(cat, src, tuple(xmap))}))
+
+    def _index_pieces(self, idx, n):
+        """Components of a scatter index array [..., n]: ("iota", update axis) or ("view", (X, xmap))."""
+        nd = idx.ndim - 1
+        e = self.prog.producer.get(idx)
+        parts = []
+        if n == 1:
+            parts = [idx]
+        elif e is not None and e.name == "concatenate" and e.params["dimension"] == nd and \
+                all(p.shape[-1] == 1 for p in e.ins):
+            parts = list(e.ins)
+        else:
+            return None
+        out = []
+        for p in parts:
+            f = self.get(p)
+            if f.iota is not None and f.iota < nd:
+                out.append(("iota", f.iota))
+            elif f.view is not None and all(a < nd for a in f.view[1]):
+                out.append(("view", f.view))
+            else:
+                return None
+        return out
+
+    def _reduce(self, e, f, omap, axes):
+        bounds = {a: Bound() for a in axes}
+        nf = self._transport_e(f, omap, 0, bounds=bounds, keep_view=False)
+        if e.name == "reduce_sum":
+            nf.binary = f.binary and self._unique_sum(f.cons, axes)
+        elif e.name in ("reduce_max", "reduce_or"):
+            nf.binary = f.binary
+        else:
+            nf.binary = False
+        if e.name in ("argmax", "argmin"):
+            return None
+        nf.const = None
+        return nf
+
+    def _unique_sum(self, cons, axes):
+        """At most one nonzero term along `axes`: a top_k constraint binds them with its category kept."""
+        for c in cons:
+            if not isinstance(c.cat, int) or c.cat in axes or not is_topk_indices(c.src, self.prog):
+                continue
+            _, jax_, _ = topk_info(c.src, self.prog)
+            if jax_ is not None and set(axes) == {c.xmap[jax_]} and isinstance(c.xmap[jax_], int):
+                return True
+        return False
+
+    def dot_product_fact(self, e, out_space=True):
+        """Facts of the dot's elementwise product (product axes = out axes + one per contracted pair),
+        or (out_space) of the dot's output (contracted axes bound)."""
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        lhs, rhs = e.ins
+        lf, rf = self.get(lhs), self.get(rhs)
+        lfree = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
+        rfree = [j for j in range(rhs.ndim) if j not in rc and j not in rb]
+        n_out = len(lb) + len(lfree) + len(rfree)
+        lmap, rmap = {}, {}
+        for k, (i, j) in enumerate(zip(lb, rb)):
+            lmap[i] = k
+            rmap[j] = k
+        for k, i in enumerate(lfree):
+            lmap[i] = len(lb) + k
+        for k, j in enumerate(rfree):
+            rmap[j] = len(lb) + len(lfree) + k
+        for k, (i, j) in enumerate(zip(lc, rc)):
+            lmap[i] = n_out + k
+            rmap[j] = n_out + k
+        cons = set()
+        for f, m in ((lf, lmap), (rf, rmap)):
+            for c in f.cons:
+                nc = c.remap(m.get, lambda a: None)
+                if nc is not None:
+                    cons.add(nc)
+        binary = (lf.binary or lf.const == 1) and (rf.binary or rf.const == 1)
+        if not out_space:
+            return cons, n_out, len(lc), binary
+        bounds = {n_out + k: Bound() for k in range(len(lc))}
+        out = set()
+        for c in cons:
+            nc = c.remap(lambda a: a if a < n_out else None, lambda a: bounds.get(a))
+            if nc is not None:
+                out.add(nc)
+        contracted = set(range(n_out, n_out + len(lc)))
+        if lc:
+            binary = binary and self._unique_sum(frozenset(cons), contracted)
+        return Fact(cons=frozenset(out), binary=binary and bool(out))

@@ -1,0 +1,218 @@
+"""Analysis plans and the interpreter that evaluates a program with its sites rewritten.
+
+The interpreter binds primitives one by one (like `jax.core.eval_jaxpr`), so the rewritten function
+composes with jit/grad/vmap; `scan`/`remat`/`cond`/`while` whose bodies hold sites are rebuilt with
+`lax.scan`/`jax.checkpoint`/`lax.switch`/`lax.while_loop` around the rewritten body. Units
+(custom_jvp/vjp calls) are bound whole, keeping their derivative rules, unless a site needs their inside.
+Only what the outputs need is evaluated, so the dense expert compute a site replaces never runs.
+"""
+from __future__ import annotations
+
+import jax
+from jax import lax
+from jax._src import source_info_util as siu
+
+from jax_moe_ffi.rewrite import emit as EM
+from jax_moe_ffi.rewrite.facts import Facts
+from jax_moe_ffi.rewrite.ir import Lit, Var
+from jax_moe_ffi.rewrite.match import Analyzer
+
+
+class Plan:
+    def __init__(self, prog, mode, path=""):
+        self.prog = prog
+        self.mode = mode
+        self.path = path
+        self.facts = Facts(prog)
+        an = Analyzer(prog, self.facts, mode)
+        self.sites, self.misses = an.run()
+        for s in self.sites:
+            s.path = path
+        for m in self.misses:
+            m["path"] = path
+        self.subplans = {}
+        for e in prog.flat:
+            if e.subs and e.kind in ("scan", "remat", "cond", "while"):
+                self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
+                                         f"{path}{e.kind}/") for i, sp in enumerate(e.subs)]
+        self.expanded = set()
+        self.site_at = {}
+        for s in list(self.sites):
+            units = set()
+            for e in s.region + [s.root]:
+                units |= _chain(e.unit)
+            for v in self.site_requires(s):
+                pe = prog.producer.get(v)
+                if pe is not None and pe.unit is not None and v not in pe.unit.outs:
+                    units |= _chain(pe.unit)
+            bad = [u for u in units if u.name == "custom_vjp_call"]
+            if bad:
+                self.sites.remove(s)
+                self.misses.append({"reason": "the site needs values inside a custom_vjp function (its gradient "
+                                              "rule would be lost)", "source": s.source, "op": s.root.name,
+                                    "at": None, "shapes": [], "path": path})
+        for s in self.sites:
+            self.site_at[s.root] = s
+            for e in s.region + [s.root]:
+                self._expand(e.unit)
+            for v in self.site_requires(s):
+                pe = prog.producer.get(v)
+                if pe is not None and pe.unit is not None and v not in pe.unit.outs:
+                    self._expand(pe.unit)
+
+    def _expand(self, u):
+        while u is not None:
+            self.expanded.add(u)
+            u = u.unit
+
+    def site_requires(self, s):
+        req = [s.I] + ([s.S] if s.S is not None else [])
+        req += [v for v, kd in s.kinds.items() if kd not in ("iota", "vexp")]
+        req += [v for v in s.extra_terms if isinstance(v, Var)]
+        for v, kd in s.kinds.items():
+            if kd == "vexp":
+                st = s.stacked[v]
+                req += st[1] if st[0] == "list" else [st[1]]
+        return [v for v in req if isinstance(v, Var)]
+
+    def has_sites(self):
+        return bool(self.sites) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
+
+    def all_sites(self):
+        out = list(self.sites)
+        for ps in self.subplans.values():
+            for p in ps:
+                out += p.all_sites()
+        return out
+
+    def all_misses(self):
+        out = list(self.misses)
+        for ps in self.subplans.values():
+            for p in ps:
+                out += p.all_misses()
+        return out
+
+
+def _chain(u):
+    out = set()
+    while u is not None:
+        out.add(u)
+        u = u.unit
+    return out
+
+
+def bind(e, vals):
+    if e.kind == "alias":
+        return list(vals)
+    params = e.prim.get_bind_params(e.params)
+    name_stack = siu.current_name_stack() + e.src.name_stack
+    with siu.user_context(e.src.traceback, name_stack=name_stack), e.ctx.manager:
+        r = e.prim.bind(*vals, **params)
+    return list(r) if e.prim.multiple_results else [r]
+
+
+def run(plan, args):
+    prog = plan.prog
+    env = {}
+    for v, a in zip(prog.invars, args):
+        env[v] = a
+
+    def read(v):
+        if isinstance(v, Lit):
+            return v.val
+        if v in env:
+            return env[v]
+        # not computed on the main path (e.g. inside a unit bound whole): compute it from its producer
+        e = prog.producer[v]
+        outs = bind(e, [read(x) for x in e.ins])
+        for o, val in zip(e.outs, outs):
+            env.setdefault(o, val)
+        return env[v]
+
+    nodes = []
+
+    def add(eqns):
+        for e in eqns:
+            if e.kind == "unit" and e in plan.expanded:
+                add(e.body)
+            else:
+                nodes.append(e)
+
+    add(prog.eqns)
+    needed = {v for v in prog.outvars if isinstance(v, Var)}
+    marked = []
+    for node in reversed(nodes):
+        s = plan.site_at.get(node)
+        produces = [s.out] if s is not None else node.outs
+        if not any(o in needed for o in produces) and not (s is None and node.effects):
+            continue
+        marked.append(node)
+        req = plan.site_requires(s) if s is not None else node.ins
+        needed.update(x for x in req if isinstance(x, Var))
+    for node in reversed(marked):
+        s = plan.site_at.get(node)
+        if s is not None:
+            read_stacked = _stacked_reader(s, read)
+            env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked)
+            continue
+        vals = [read(x) for x in node.ins]
+        subs = plan.subplans.get(node)
+        if subs is not None and any(p.has_sites() for p in subs):
+            outs = _structured(node, subs, vals)
+        else:
+            outs = bind(node, vals)
+        for o, val in zip(node.outs, outs):
+            env[o] = val
+    return [read(v) for v in prog.outvars]
+
+
+def _stacked_reader(site, read):
+    cache = {}
+
+    def read_stacked(v):
+        if v in cache:
+            return cache[v]
+        kind, val = site.stacked[v][:2]
+        if kind == "base":
+            import jax.numpy as jnp
+            w = read(val)
+            ax = site.stacked[v][2]
+            r = jnp.moveaxis(w, ax, 0).reshape((w.shape[ax],) + tuple(v.shape))
+        else:
+            import jax.numpy as jnp
+            r = jnp.stack([read(x) if isinstance(x, Var) else x.val for x in val])
+        cache[v] = r
+        return r
+
+    return read_stacked
+
+
+def _structured(e, subs, vals):
+    p = e.params
+    if e.kind == "scan":
+        sp = subs[0]
+        nc, nk = p["num_consts"], p["num_carry"]
+        consts, init, xs = vals[:nc], vals[nc:nc + nk], vals[nc + nk:]
+
+        def body(carry, x):
+            outs = run(sp, list(consts) + list(carry) + list(x))
+            return list(outs[:nk]), list(outs[nk:])
+
+        carry, ys = lax.scan(body, list(init), list(xs), length=p["length"], reverse=p["reverse"],
+                             unroll=p["unroll"])
+        return list(carry) + list(ys)
+    if e.kind == "remat":
+        sp = subs[0]
+        f = jax.checkpoint(lambda *a: run(sp, list(a)), prevent_cse=p["prevent_cse"], policy=p["policy"])
+        return list(f(*vals))
+    if e.kind == "cond":
+        branches = [(lambda sp: (lambda *a: run(sp, list(a))))(sp) for sp in subs]
+        return list(lax.switch(vals[0], branches, *vals[1:]))
+    if e.kind == "while":
+        cp, bp = subs
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cconsts, bconsts, init = vals[:cn], vals[cn:cn + bn], vals[cn + bn:]
+        out = lax.while_loop(lambda c: run(cp, list(cconsts) + list(c))[0],
+                             lambda c: run(bp, list(bconsts) + list(c)), list(init))
+        return list(out)
+    return bind(e, vals)

@@ -1,0 +1,917 @@
+"""Site analysis: find reductions over experts that are provably k-sparse and the region that feeds them.
+
+A *site* is a reduction over the expert axis E (a `reduce_sum`, a `dot_general` contraction, or, for
+per-expert loops, a chain of `add`s over experts) of a value that the facts prove zero outside the
+(token, expert) pairs chosen by a `top_k`. Walking back from it, every value that carries both a
+token coordinate and an expert coordinate (or, for capacity layers, an (expert, slot) coordinate) must be
+produced by an op that is *pointwise* in those coordinates -- then the value at a selected pair can be
+computed from that pair's token row and that expert's weights alone, which is what the emitted
+dispatch -> grouped GEMM -> combine does. Anything not proven leaves the code as it is, with a reason.
+
+Labels: each axis of a region value is None (a feature axis, kept whole in each row) or (L, bcast) with
+L one of ("T", i) (token axis i = batch axis i of the top_k indices), "E" (expert), "C" (capacity slot);
+bcast=True when the axis has size 1 there (broadcast). Rows form of a value: [rows, *unlabeled axes].
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from jax_moe_ffi.rewrite import facts as F
+from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
+
+REGION_OPS = F.ELEMENTWISE | {"broadcast_in_dim", "reshape", "squeeze", "transpose", "dot_general", "slice",
+                              "dynamic_slice", "concatenate", "pad", "split", "iota", "optimization_barrier"
+                              } | {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
+                                   "reduce_or", "argmax", "argmin"} | F.CUMULATIVE
+GEMM_DTYPES = (np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16))
+GATHER_LIMIT = 1 << 16  # elements per expert an expert-side leaf may have to be gathered per row
+
+
+class Miss(Exception):
+    def __init__(self, reason, eqn=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.eqn = eqn
+
+
+@dataclasses.dataclass
+class Site:
+    family: str
+    root: object                # the reducing Eqn (families 1-3) or the last add of the chain (family 4)
+    out: Var
+    I: Var                      # top_k indices
+    E: int
+    k: int
+    b_axes: list                # axes of I that are token axes (in label order T0, T1, ...)
+    j_axis: int
+    labels: dict                # Var -> labels tuple
+    kinds: dict                 # leaf Var -> kind
+    region: list                # region eqns in program order (excluding the root)
+    root_kind: str              # "dot" | "reduce" | "chain"
+    out_labels: tuple = ()
+    weights_operand: object = None  # root operand used as combine weights (peephole), or None
+    rows_operand: object = None
+    S: object = None            # capacity slot index array (family 1)
+    s_roles: tuple = ()         # per axis of S: ("T", i) | "J" | "E"
+    C: int | None = None
+    disp_eqn: object = None
+    disp_operand: object = None
+    gemms: dict = dataclasses.field(default_factory=dict)   # Eqn -> grouped GEMM plan
+    primary: object = None      # token leaf sent through moe_dispatch
+    vE: set = dataclasses.field(default_factory=set)       # family 4: template values with a virtual E
+    stacked: dict = dataclasses.field(default_factory=dict)  # family 4: leaf Var -> ("base", W, axis) | ("list", [v_e])
+    elits: dict = dataclasses.field(default_factory=dict)   # family 4: (Eqn, operand) -> "E" (literal = expert id)
+    eslices: dict = dataclasses.field(default_factory=dict)  # family 4: slice Eqn -> axis sliced at the expert id
+    terms: list = dataclasses.field(default_factory=list)
+    template_out: object = None
+    varying: set = dataclasses.field(default_factory=set)
+    extra_terms: list = dataclasses.field(default_factory=list)
+    chain: set = dataclasses.field(default_factory=set)
+    keep_is_nonzero: bool = False
+    s_off: int = 0
+    gather_perm: object = None
+    shapes: dict = dataclasses.field(default_factory=dict)
+    flops_before: int = 0
+    flops_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    notes: list = dataclasses.field(default_factory=list)
+    source: str = ""
+    path: str = ""
+
+    @property
+    def token_shape(self):
+        return tuple(self.I.shape[a] for a in self.b_axes)
+
+    @property
+    def num_tokens(self):
+        return int(np.prod(self.token_shape, dtype=np.int64))
+
+
+def others(v, labels):
+    lab = labels.get(v)
+    if lab is None:
+        return list(range(v.ndim))
+    return [a for a in range(v.ndim) if lab[a] is None]
+
+
+def label_kinds(lab):
+    return {x[0] for x in lab if x is not None and not x[1]}
+
+
+def _is_t(L):
+    return isinstance(L, tuple) and L[0] == "T"
+
+
+def _is_c(L):
+    """The capacity-slot coordinate, or "C+s": the slot coordinate shifted by s (before a [s:] slice)."""
+    return isinstance(L, str) and (L == "C" or L.startswith("C+"))
+
+
+def _shift_c(L, s):
+    base = 0 if L == "C" else int(L[2:])
+    return "C" if base + s == 0 else f"C+{base + s}"
+
+
+# ------------------------------------------------------------------------------------------------
+class Analyzer:
+    def __init__(self, prog, facts, mode="exact"):
+        self.prog = prog
+        self.facts = facts
+        self.mode = mode
+        self.sites = []
+        self.misses = []
+        self.covered = set()  # eqns inside sites
+
+    def run(self):
+        prog = self.prog
+        for e in reversed(prog.flat):  # later (outer) reductions first: they own larger regions
+            if e in self.covered or e.kind != "prim":
+                continue
+            if e.name in ("reduce_sum", "dot_general", "gather"):
+                cand = self._candidate(e) if e.name != "gather" else self._gather_candidate(e)
+                if cand is None:
+                    continue
+                try:
+                    site = self._attempt(e, *cand) if e.name != "gather" else self._attempt_gather(e, *cand)
+                except Miss as m:
+                    if self._interesting(e):
+                        self._miss(e, m.reason, m.eqn)
+                    continue
+                if site is not None:
+                    self._accept(site)
+        from jax_moe_ffi.rewrite import loops
+        loops.find_loop_sites(self)
+        self._uncovered_misses()
+        return self.sites, self.misses
+
+    def _accept(self, site):
+        self.sites.append(site)
+        self.covered.add(site.root)
+        self.covered.update(site.region)
+
+    def _miss(self, e, reason, at=None):
+        self.misses.append({"reason": reason, "source": source_line(e), "op": e.name,
+                            "at": source_line(at) if at is not None else None,
+                            "shapes": [tuple(a.shape) for a in e.ins]})
+
+    # -------------------------------------------------------------------------------- candidates
+    def _candidate(self, e):
+        """(cons in product space, summed axes, product->operand maps) when some top_k constraint
+        has its category among the summed axes."""
+        if e.name == "reduce_sum":
+            f = self.facts.get(e.ins[0])
+            cons, summed = f.cons, set(e.params["axes"])
+            maps = [{a: a for a in range(e.ins[0].ndim)}]
+        else:
+            cons, n_out, n_c, _ = self.facts.dot_product_fact(e, out_space=False)
+            summed = set(range(n_out, n_out + n_c))
+            maps = _dot_maps(e)
+        cands = []
+        for c in cons:
+            if isinstance(c.cat, int) and c.cat in summed and F.is_topk_indices(c.src, self.prog):
+                _, j_axis, b_axes = F.topk_info(c.src, self.prog)
+                ok = all(isinstance(c.xmap[b], int) and c.xmap[b] not in summed for b in b_axes)
+                cands.append((not ok, c.src.id, c.cat, id(c), c))
+        if not cands:
+            return None
+        c = min(cands, key=lambda z: z[:4])[-1]
+        return c, cons, summed, maps
+
+    # --------------------------------------------------------------------------------- attempt
+    def _attempt(self, root, econ, cons, summed, maps):
+        prog = self.prog
+        I = econ.src
+        E, j_axis, b_axes = F.topk_info(I, prog)
+        jb = F.xj(econ, j_axis)
+        prod_labels = {}
+        if isinstance(jb, int) and jb not in summed:
+            prod_labels[jb] = "J"  # per-choice output: out[t, j] = value at expert I[t, j]
+        for i, b in enumerate(b_axes):
+            a = econ.xmap[b]
+            if not isinstance(a, int) or a in summed:
+                raise Miss("the reduction over experts also sums over tokens")
+            prod_labels[a] = ("T", i)
+        prod_labels[econ.cat] = "E"
+        if _prod_size(root, econ.cat) != E:
+            raise Miss(f"the expert axis has {_prod_size(root, econ.cat)} entries but top_k chooses among {E}")
+        # capacity slot constraint (family 1)
+        ccon = None
+        for c in cons:
+            if c is econ or not isinstance(c.cat, int) or c.cat not in summed or c.src is I:
+                continue
+            roles = _roles(c, econ, b_axes, j_axis)
+            if roles is None:
+                continue
+            ccon = (c, roles)
+            break
+        S = s_roles = None
+        s_off = 0
+        if ccon is not None:
+            c, s_roles = ccon
+            S = c.src
+            s_off = c.off
+            prod_labels[c.cat] = "C"
+            if econ.off != 0:
+                raise Miss("the expert one-hot is sliced")
+        site = Site(family="", root=root, out=root.outs[0], I=I, E=E, k=_k(I, j_axis), b_axes=b_axes,
+                    j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="dot" if root.name == "dot_general"
+                    else "reduce", S=S, s_roles=tuple(s_roles or ()))
+        site.s_off = s_off
+        # labels of the root operands
+        op_labels = []
+        for i, x in enumerate(root.ins):
+            m = maps[i]
+            lab = tuple((prod_labels[m[a]], x.shape[a] == 1 and _prod_size(root, m[a]) != 1)
+                        if m[a] in prod_labels else None for a in range(x.ndim))
+            op_labels.append(lab)
+        # extra summed axes that are labeled T would sum tokens: rejected above. Summed axes that are
+        # unlabeled are ordinary contractions done inside each row.
+        if root.name == "reduce_sum":
+            out_lab = tuple(lab for a, lab in enumerate(op_labels[0]) if a not in summed)
+        else:
+            out_lab = tuple(prod_labels.get(a) and (prod_labels[a], False) for a in range(root.outs[0].ndim))
+        site.out_labels = tuple(x if x else None for x in out_lab)
+        if S is not None:  # capacity = size of the slot axis
+            site.C = _prod_size(root, ccon[0].cat)
+        self._grow(site, [(x, op_labels[i]) for i, x in enumerate(root.ins)])
+        self._finish(site)
+        return site
+
+    # ------------------------------------------------------------------------------ gather root
+    def _gather_candidate(self, e):
+        """y[t, I[t, j], ...] picked with a gather (take_along_axis / fancy indexing): the choice's
+        expert output, a per-choice root (no sparsity needed: the gather reads only selected pairs)."""
+        if len(e.ins) != 2 or isinstance(e.ins[1], Lit):
+            return None
+        Y, idx = e.ins
+        dn = e.params["dimension_numbers"]
+        ss = e.params["slice_sizes"]
+        n = idx.shape[-1]
+        pieces = self.facts._index_pieces(idx, n)
+        if pieces is None:
+            return None
+        sim = tuple(dn.start_index_map)
+        align = {}  # operand axis -> index batch axis
+        e_ax = I = xm = None
+        for comp, (kind, val) in enumerate(pieces):
+            oa = sim[comp]
+            if kind == "iota":
+                align[oa] = val
+            elif kind == "view" and F.is_topk_indices(val[0], self.prog) and I is None:
+                I, xm, e_ax = val[0], val[1], oa
+            else:
+                return None
+        if I is None:
+            return None
+        for oa, ib in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+            align[oa] = ib
+        return I, xm, e_ax, align, tuple(dn.offset_dims), tuple(dn.collapsed_slice_dims), ss
+
+    def _attempt_gather(self, root, I, xm, e_ax, align, offset_dims, collapsed, ss):
+        prog = self.prog
+        Y = root.ins[0]
+        out = root.outs[0]
+        E, j_axis, b_axes = F.topk_info(I, prog)
+        if Y.shape[e_ax] != E or ss[e_ax] != 1:
+            raise Miss("the gathered expert axis does not match the top_k")
+        ylab = [None] * Y.ndim
+        ylab[e_ax] = ("E", False)
+        ib_label = {}
+        ib_of = {ib: oa for oa, ib in align.items()}
+        for i, b in enumerate(b_axes):
+            ib = xm[b]
+            oa = ib_of.get(ib)
+            if oa is None:
+                raise Miss("the gather does not keep each token's own row")
+            ylab[oa] = (("T", i), False)
+            ib_label[ib] = ("T", i)
+        if j_axis is not None:
+            if xm[j_axis] in ib_of:
+                raise Miss("the gather aligns the choice axis with an operand axis")
+            ib_label[xm[j_axis]] = "J"
+        nb = root.ins[1].ndim - 1
+        for oa in range(Y.ndim):
+            if oa != e_ax and oa not in align and (oa in collapsed or ss[oa] != Y.shape[oa]):
+                raise Miss("the gather slices a feature axis")
+            if oa in align and ss[oa] != 1:
+                raise Miss("unsupported gather slice sizes")
+        # output axes: offset dims at their positions, index batch axes elsewhere in order
+        off_ops = [oa for oa in range(Y.ndim) if oa != e_ax and oa not in align]
+        batch_pos = [a for a in range(out.ndim) if a not in offset_dims]
+        if len(batch_pos) != nb or len(off_ops) != len(offset_dims):
+            raise Miss("unsupported gather layout")
+        out_lab, out_src = [], []
+        for a in range(out.ndim):
+            if a in offset_dims:
+                out_lab.append(None)
+                out_src.append(off_ops[offset_dims.index(a)])
+            else:
+                ib = batch_pos.index(a)
+                if ib in ib_label:
+                    out_lab.append((ib_label[ib], False))
+                    out_src.append(None)
+                elif ib in ib_of:  # a feature axis the gather walks pointwise
+                    out_lab.append(None)
+                    out_src.append(ib_of[ib])
+                else:
+                    raise Miss("the gather broadcasts over an index axis")
+        if any(ylab[oa] is not None for oa in out_src if oa is not None):
+            raise Miss("unsupported gather layout")
+        yo = [oa for oa in range(Y.ndim) if ylab[oa] is None]
+        site = Site(family="", root=root, out=out, I=I, E=E, k=_k(I, j_axis), b_axes=b_axes, j_axis=j_axis,
+                    labels={}, kinds={}, region=[], root_kind="gather")
+        site.out_labels = tuple(out_lab)
+        site.rows_operand = Y
+        site.gather_perm = [yo.index(oa) for oa in out_src if oa is not None]
+        self._grow(site, [(Y, tuple(ylab))])
+        self._finish(site)
+        return site
+
+    # ------------------------------------------------------------------------------------ growth
+    def _grow(self, site, seeds, stop=None):
+        prog = self.prog
+        labels = site.labels
+        heap = []
+        done_eqns = set()
+
+        def push(x, lab):
+            if isinstance(x, Lit):
+                if x.ndim and any(L is not None and not L[1] for L in lab):
+                    raise Miss("a constant array carries the token/expert coordinate")
+                return
+            old = labels.get(x)
+            if old is None:
+                labels[x] = lab
+                e = prog.producer.get(x)
+                heapq.heappush(heap, (-(prog.pos[e] if e is not None else -1), x.id, x))
+            elif old != lab:
+                raise Miss(f"value {x.aval.str_short()} is used with inconsistent token/expert axes "
+                           f"({_fmt_lab(old)} vs {_fmt_lab(lab)})", prog.producer.get(x))
+
+        for x, lab in seeds:
+            push(x, lab)
+        while heap:
+            _, _, v = heapq.heappop(heap)
+            lab = labels[v]
+            kind = self._classify(site, v, lab)
+            if kind != "region":
+                site.kinds[v] = kind
+                continue
+            e = prog.producer[v]
+            if e in done_eqns:
+                continue
+            done_eqns.add(e)
+            if e.name not in REGION_OPS:
+                raise Miss(f"unsupported op `{e.name}` on an expert-stacked value", e)
+            out_labs = []
+            for o in e.outs:
+                if o in labels:
+                    out_labs.append(labels[o])
+                elif prog.uses(o) or prog.is_output(o):
+                    raise Miss(f"`{e.name}` output is used outside the MoE region", e)
+                else:
+                    out_labs.append(tuple([None] * o.ndim))
+            for x, xl in zip(e.ins, self._back(site, e, out_labs)):
+                if xl is not None:
+                    push(x, xl)
+            site.region.append(e)
+        site.region.sort(key=lambda q: prog.pos[q])
+
+    def _classify(self, site, v, lab):
+        prog = self.prog
+        ks = label_kinds(lab)
+        e = prog.producer.get(v)
+        has_t = any(_is_t(L) or L == "J" for L in ks)
+        if v in site.vE and not has_t and "E" not in ks:
+            if v not in site.stacked:
+                raise Miss("a per-expert value that cannot be stacked", e)
+            return "vexp"
+        if v in site.varying:
+            raise Miss("per-expert token values computed differently in each term", e)
+        if not ks:
+            return "free"
+        if e is not None and e.name == "iota":
+            return "iota"
+        if all(_is_t(L) or L == "J" for L in ks):
+            return "tok" if v not in site.vE else "region"
+        if ks == {"E"}:
+            return "exp"
+        if all(_is_c(L) for L in ks) and (e is None or e.name not in REGION_OPS):
+            return "slot"
+        if not any(_is_c(L) for L in ks) and v not in site.vE:
+            unl = [a for a in range(v.ndim) if lab[a] is None and v.shape[a] != 1]
+            jset = set()
+            for c in self.facts.get(v).cons:
+                jset.update(a for a in c.xmap if isinstance(a, int))
+            if all(a in jset for a in unl) and (unl == [] or e is None or e.name not in ("dot_general",)):
+                return "pair"
+        if e is None:
+            return "pair"
+        return "region"
+
+    def _back(self, site, e, out_labs):
+        """Labels of the operands of region eqn e, from the labels of its outputs."""
+        name = e.name
+        omaps, reduced = F.axis_map(e)
+        if omaps is None:
+            raise Miss(f"unsupported op `{name}` on an expert-stacked value", e)
+        res = [None if isinstance(x, Lit) else [None] * x.ndim for x in e.ins]
+        if name == "slice" and e in site.eslices:
+            ax = site.eslices[e]
+            omaps = [list(omaps[0])]
+            omaps[0][ax] = ("pt", {0: (ax, False)})
+        if name == "slice" and e not in site.eslices:
+            st, sr = e.params["start_indices"], e.params["strides"]
+            omaps = [list(omaps[0])]
+            for a, L in enumerate(out_labs[0]):
+                if L is not None and _is_c(L[0]) and omaps[0][a][0] == "mix" and (sr is None or sr[a] == 1):
+                    omaps[0][a] = ("pt", {0: (a, False)})
+                    out_labs = [tuple((_shift_c(x[0], st[a]), x[1]) if i == a else x
+                                      for i, x in enumerate(out_labs[0]))]
+        for o, (omap, olab) in enumerate(zip(omaps, out_labs)):
+            for a, (kind, d) in enumerate(omap):
+                L = olab[a]
+                if L is None:
+                    continue
+                if kind == "mix":
+                    raise Miss(f"`{name}` mixes positions along the {_lname(L[0])} axis", e)
+                for i, (ax, bc) in d.items():
+                    if res[i] is None:
+                        continue
+                    new = (L[0], L[1] or bc)
+                    if res[i][ax] is not None and res[i][ax] != new:
+                        raise Miss(f"`{name}` aligns different coordinates", e)
+                    res[i][ax] = new
+        if name == "slice" and e in site.eslices:
+            ax = site.eslices[e]
+            res[0][ax] = ("E", False)
+        if name == "dot_general":
+            self._dot_rule(site, e, res, out_labs[0])
+        # every labeled axis of an operand must come from an output label: nothing else to check
+        return [tuple(r) if r is not None else None for r in res]
+
+    def _dot_rule(self, site, e, res, olab):
+        """Contractions inside the region: over feature axes (rows), or over tokens at the capacity
+        dispatch (x -> [E, C, D] buffers), where the slot constraint proves one token per slot."""
+        (lc, rc), _ = e.params["dimension_numbers"]
+        if not lc:
+            return
+        kinds_out = label_kinds(olab)
+        if "C" in kinds_out and "E" in kinds_out:
+            for d_i in (0, 1):
+                D = e.ins[d_i]
+                if isinstance(D, Lit):
+                    continue
+                dc = lc if d_i == 0 else rc
+                oc = rc if d_i == 0 else lc
+                lab = self._dispatch_labels(site, e, D, d_i, dc, olab)
+                if lab is None:
+                    continue
+                if site.disp_eqn is not None and site.disp_eqn is not e:
+                    raise Miss("more than one capacity dispatch feeds one combine", e)
+                site.disp_eqn = e
+                site.disp_operand = D
+                for a, L in lab.items():
+                    res[d_i][a] = L
+                    other = 1 - d_i
+                    if res[other] is not None:
+                        res[other][oc[dc.index(a)]] = L
+                return
+
+    def _dispatch_labels(self, site, e, D, d_i, dc, olab):
+        if site.S is None:
+            return None
+        f = self.facts.get(D)
+        m = _dot_maps(e)[d_i]  # D axis -> product axis
+        out_cat = {olab[pa][0]: pa for pa in range(len(olab)) if olab[pa] is not None}
+        econ = ccon = None
+        for c in f.cons:
+            if not isinstance(c.cat, int):
+                continue
+            pc = m[c.cat]
+            if c.src is site.I and pc == out_cat.get("E"):
+                econ = c
+            elif c.src is site.S and pc == out_cat.get("C"):
+                ccon = c
+        if econ is None or ccon is None:
+            return None
+        roles = _roles(ccon, econ, site.b_axes, site.j_axis)
+        if roles is None or tuple(roles) != site.s_roles or ccon.off != site.s_off:
+            raise Miss("the capacity dispatch and combine use different slot assignments", e)
+        lab = {}
+        for i, b in enumerate(site.b_axes):
+            a = econ.xmap[b]
+            if not isinstance(a, int):
+                return None
+            if a in dc:
+                lab[a] = (("T", i), False)
+        if set(lab) != set(dc):
+            raise Miss("the dispatch einsum contracts axes other than tokens", e)
+        return lab
+
+    # ------------------------------------------------------------------------------------ checks
+    def _finish(self, site):
+        prog = self.prog
+        region = set(site.region)
+        allowed = region | {site.root} | site.chain
+        for e in site.region + [site.root]:
+            if e.effects:
+                raise Miss(f"`{e.name}` with side effects inside the expert compute", e)
+            u = e.unit
+            while u is not None:
+                if u.name == "custom_vjp_call":
+                    raise Miss("the expert compute calls a custom_vjp function (its gradient rule would be lost)",
+                               e)
+                u = u.unit
+        for e in site.region:
+            for o in e.outs:
+                if prog.is_output(o):
+                    raise Miss("an expert-stacked intermediate is an output of the function", e)
+                for u in prog.uses(o):
+                    if u not in allowed:
+                        raise Miss(f"an expert-stacked intermediate is also used outside the MoE region "
+                                   f"(by `{u.name}` at {source_line(u)})", e)
+        for v, kd in site.kinds.items():
+            if kd == "slot":
+                raise Miss("a per-slot value from outside the region (not supported)")
+        if site.S is not None and site.disp_eqn is None:
+            raise Miss("capacity combine without a matching one-hot dispatch einsum")
+        # GEMMs
+        for e in site.region + [site.root]:
+            if e.name == "dot_general":
+                self._plan_dot(site, e)
+        if not site.gemms:
+            raise Miss("no expert weight contraction in the region (nothing to group)")
+        if not any(self._from_tokens(site, plan["rows_from"]) for plan in site.gemms.values()):
+            raise Miss("no token activations reach the expert GEMMs (the top_k axis is not an expert axis: "
+                       "expert-choice routing?)")
+        # combine peephole: a root operand with no feature axes is the combine weight
+        if site.root_kind == "dot":
+            for i in (0, 1):
+                x = site.root.ins[i]
+                if isinstance(x, Var) and not others(x, site.labels) and not self._has_gemm(site, x):
+                    site.weights_operand = x
+                    site.rows_operand = site.root.ins[1 - i]
+                    break
+        if site.disp_operand is not None and self._has_gemm(site, site.disp_operand):
+            raise Miss("the capacity dispatch mask depends on expert compute")
+        # token leaf for moe_dispatch: the largest float token leaf feeding a GEMM
+        best = None
+        cands = [plan["rows_from"] for plan in site.gemms.values()]
+        if site.disp_eqn is not None:
+            cands += [x for x in site.disp_eqn.ins if x is not site.disp_operand]
+        for x in cands:
+            if not isinstance(x, Var):
+                continue
+            if site.kinds.get(x) == "tok" and np.dtype(x.dtype) in GEMM_DTYPES:
+                lab = site.labels[x]
+                if all(L is None or not L[1] for L in lab) and len([L for L in lab if L]) == len(site.b_axes):
+                    if best is None or x.size > best.size:
+                        best = x
+        site.primary = best
+        site.family = self._family(site)
+        if site.S is not None:
+            site.notes.append("assumes each (expert, slot) holds at most one token, as the running-count "
+                              "(cumsum) capacity rule guarantees")
+            if not self._has_cumsum(site.S):
+                raise Miss("capacity slot index is not computed by a running count (cumsum): cannot prove "
+                           "one token per slot")
+        self._cost(site)
+        site.source = source_line(site.root)
+
+    def _interesting(self, e, limit=400):
+        """Does a dense expert-stacked contraction feed this reduction (worth a near-miss report)?"""
+        prog = self.prog
+        seen, stack = set(), [e]
+        while stack and len(seen) < limit:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            if q.name == "dot_general" and _stacked_dot(q, prog) and q not in self.router_eqns():
+                return True
+            stack += [prog.producer[a] for a in q.ins if isinstance(a, Var) and a in prog.producer]
+        return False
+
+    def _has_cumsum(self, v, limit=2000):
+        prog = self.prog
+        seen, stack = set(), [v]
+        while stack and len(seen) < limit:
+            x = stack.pop()
+            e = prog.producer.get(x)
+            if e is None or e in seen:
+                continue
+            seen.add(e)
+            if e.name in F.CUMULATIVE:
+                return True
+            stack += [a for a in e.ins if isinstance(a, Var)]
+        return False
+
+    def _from_tokens(self, site, v):
+        """Is v (transitively, inside the region) computed from a token leaf with feature axes?"""
+        prog = self.prog
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            if not isinstance(x, Var) or x in seen:
+                continue
+            seen.add(x)
+            if site.kinds.get(x) == "tok" and others(x, site.labels):
+                return True
+            if site.kinds.get(x) is not None:
+                continue
+            e = prog.producer.get(x)
+            if e is not None and e in site.region:
+                stack += list(e.ins)
+        return False
+
+    def _has_gemm(self, site, v):
+        prog = self.prog
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            e = prog.producer.get(x)
+            if e is None or e in seen or (e not in site.region):
+                continue
+            seen.add(e)
+            if e in site.gemms:
+                return True
+            stack += [a for a in e.ins if isinstance(a, Var)]
+        return False
+
+    def _family(self, site):
+        if site.S is not None:
+            return "capacity"
+        if site.terms:
+            return "loop"
+        # tokens broadcast to every expert then masked: a token leaf reaches a broadcast that adds E
+        for e in site.region:
+            if e.name == "broadcast_in_dim":
+                x = e.ins[0]
+                if isinstance(x, Var) and site.kinds.get(x) == "tok":
+                    olab = site.labels[e.outs[0]]
+                    if "E" in label_kinds(olab):
+                        return "masked"
+        return "dense"
+
+    def _plan_dot(self, site, e):
+        """Grouped GEMM when one operand is expert-side weights; otherwise a per-row dot."""
+        labels = site.labels
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        is_root = e is site.root
+        ops = e.ins
+        labs = [labels.get(x) if isinstance(x, Var) else None for x in ops]
+        kinds = [site.kinds.get(x) if isinstance(x, Var) else "lit" for x in ops]
+        wi = None
+        for i in (0, 1):
+            if kinds[i] in ("exp", "vexp"):
+                wi = i
+        # labeled contractions: only E/C at the root, T at the capacity dispatch
+        for i, j in zip(lc, rc):
+            li = labs[0][i] if labs[0] else None
+            lj = labs[1][j] if labs[1] else None
+            for L in (li, lj):
+                if L is None:
+                    continue
+                if (L[0] == "E" or _is_c(L[0])) and not is_root:
+                    raise Miss("contraction over experts inside the region", e)
+                if (_is_t(L[0]) or L[0] == "J") and e is not site.disp_eqn:
+                    raise Miss("contraction over tokens inside the region", e)
+            if (li is None) != (lj is None) and not (wi is not None and kinds[1 - wi] != "exp"
+                                                     and ((li or lj)[0] == "E")):
+                raise Miss("contraction pairs a coordinate axis with a feature axis", e)
+        if wi is None:
+            for i in (0, 1):
+                if kinds[i] == "exp" and ops[i].size // max(1, site.E) > GATHER_LIMIT:
+                    raise Miss("expert weights would be gathered per row", e)
+            return
+        W, P = ops[wi], ops[1 - wi]
+        wl, pl = labs[wi], labs[1 - wi]
+        wc, pc = (lc, rc) if wi == 0 else (rc, lc)
+        wb, pb = (lb, rb) if wi == 0 else (rb, lb)
+        virtual = site.kinds.get(W) == "vexp"
+        if virtual:
+            e_ax = None
+        else:
+            e_axes = [a for a in range(W.ndim) if wl[a] is not None and wl[a][0] == "E" and not wl[a][1]]
+            if len(e_axes) != 1:
+                raise Miss("expert weights without a single expert axis", e)
+            e_ax = e_axes[0]
+        # batch dims other than E: not supported
+        for a, b in zip(wb, pb):
+            if a != e_ax:
+                raise Miss("expert contraction with extra batch dimensions", e)
+        p_unl = [a for a in range(P.ndim) if pl is None or pl[a] is None]
+        pc_unl = [a for a in pc if pl is None or pl[a] is None]
+        if sorted(pc_unl) != sorted(p_unl):
+            raise Miss("the token-side operand of an expert GEMM has free feature axes", e)
+        if e_ax is not None and e_ax in wc:
+            if not is_root:
+                raise Miss("contraction over experts inside the region", e)
+        wc_unl = [wc[pc.index(a)] for a in pc_unl]
+        w_free = [a for a in range(W.ndim) if a not in wc and a != e_ax and a not in wb]
+        if P.dtype != W.dtype or np.dtype(W.dtype) not in GEMM_DTYPES:
+            raise Miss(f"expert GEMM dtypes {P.dtype} x {W.dtype} are not supported by grouped_matmul", e)
+        pet = e.params.get("preferred_element_type")
+        out_dt = np.dtype(e.outs[0].dtype)
+        if out_dt != np.dtype(W.dtype) and out_dt != np.dtype(np.float32):
+            raise Miss(f"expert GEMM output dtype {out_dt} not supported", e)
+        del pet
+        site.gemms[e] = {"w": W, "w_index": wi, "e_ax": e_ax, "wc": wc_unl, "pc": pc_unl, "w_free": w_free,
+                         "rows_from": P, "virtual": virtual, "out_dtype": out_dt,
+                         "K": int(np.prod([P.shape[a] for a in pc_unl], dtype=np.int64)),
+                         "N": int(np.prod([W.shape[a] for a in w_free], dtype=np.int64))}
+
+    def _cost(self, site):
+        k, t = site.k, site.num_tokens
+        rows = t * k
+        if site.C is not None and self.mode == "exact":
+            rows = min(rows, site.E * site.C * int(np.prod([site.token_shape[i] for i, r in
+                                                            enumerate(site.token_shape)
+                                                            if any(lab == (("T", i), False) for lab in
+                                                                   site.labels.get(site.disp_eqn.outs[0], ()))]
+                                                           or [1])))
+        before = after = 0
+        bb = ba = 0
+        for e in site.region + [site.root]:
+            if e.name == "dot_general":
+                (lc, _), _ = e.params["dimension_numbers"]
+                out = e.outs[0]
+                kk = int(np.prod([e.ins[0].shape[a] for a in lc], dtype=np.int64)) if lc else 1
+                before += 2 * out.size * kk
+            for o in e.outs:
+                bb = max(bb, o.size * np.dtype(o.dtype).itemsize)
+        for plan in site.gemms.values():
+            after += 2 * rows * plan["K"] * plan["N"]
+            ba = max(ba, rows * max(plan["K"], plan["N"]) * np.dtype(plan["out_dtype"]).itemsize)
+        if site.terms:
+            before *= len(site.terms)
+        site.flops_before, site.flops_after = int(before), int(after)
+        site.bytes_before, site.bytes_after = int(bb), int(ba)
+        site.shapes = {"tokens": site.token_shape, "E": site.E, "k": site.k,
+                       "gemms": [(tuple(p["rows_from"].shape), tuple(p["w"].shape)) for p in site.gemms.values()]}
+
+    # ------------------------------------------------------------------------------- near misses
+    def router_eqns(self, limit=5000):
+        """Equations that feed a top_k (the router): their dots are not expert compute."""
+        if getattr(self, "_router", None) is not None:
+            return self._router
+        prog = self.prog
+        seen = set()
+        stack = [e for e in prog.flat if e.name in F.TOPK or
+                 (e.name == "argmax" and F.is_topk_indices(e.outs[0], prog))]
+        while stack and len(seen) < limit:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            stack += [prog.producer[a] for a in q.ins if isinstance(a, Var) and a in prog.producer]
+        self._router = seen
+        return seen
+
+    def _uncovered_misses(self):
+        """Expert-stacked dense contractions no site covers, with the best reason we have."""
+        prog = self.prog
+        router = self.router_eqns()
+        has_topk = any(e.name in F.TOPK for e in prog.flat)
+        reported = {m["source"] for m in self.misses}
+        gather_reason = self._expert_choice_reason()
+        if gather_reason is not None:
+            for m in self.misses:
+                m["reason"] = f"{gather_reason} ({m['reason']})"
+        for e in prog.flat:
+            if e.name != "dot_general" or e in self.covered or e.kind != "prim":
+                continue
+            if not _stacked_dot(e, prog) or e in router:
+                continue
+            src = source_line(e)
+            if src in reported:
+                continue
+            reported.add(src)
+            if gather_reason is not None:
+                reason = gather_reason
+            elif not has_topk:
+                reason = ("no k-sparse gate: the expert-stacked contraction is combined with dense weights "
+                          "(no top_k/approx_top_k in the function; soft/dense MoE keeps its meaning)")
+            else:
+                reason = ("expert-stacked contraction whose reduction over experts is not provably "
+                          "weighted by a top_k-sparse gate")
+            self.misses.append({"reason": reason, "source": src, "op": e.name, "at": None,
+                                "shapes": [tuple(a.shape) for a in e.ins]})
+
+    def _expert_choice_reason(self):
+        """A top_k whose one-hot category axis is contracted against activations that share none of the
+        top_k's batch axes -- a gather of tokens by index, one row per (batch, choice): experts choose
+        tokens (expert-choice routing)."""
+        prog = self.prog
+        for e in prog.flat:
+            if e.name != "dot_general" or e in self.covered:
+                continue
+            cons, n_out, n_c, _ = self.facts.dot_product_fact(e, out_space=False)
+            maps = _dot_maps(e)
+            for c in cons:
+                if not (isinstance(c.cat, int) and c.cat >= n_out and F.is_topk_indices(c.src, prog)):
+                    continue
+                _, j_axis, b_axes = F.topk_info(c.src, prog)
+                if j_axis is None or not isinstance(c.xmap[j_axis], int) or c.xmap[j_axis] >= n_out:
+                    continue
+                bpos = {c.xmap[b] for b in b_axes if isinstance(c.xmap[b], int)}
+                for i, x in enumerate(e.ins):
+                    if isinstance(x, Var) and not self.facts.get(x).cons and \
+                            c.cat in maps[i].values() and not bpos & set(maps[i].values()):
+                        return ("expert-choice routing: top_k selects along the token axis (experts pick "
+                                "tokens); not token-choice MoE, left as is")
+        return None
+
+
+def _fmt_lab(lab):
+    return "[" + ",".join("_" if L is None else (f"T{L[0][1]}" if _is_t(L[0]) else str(L[0])) + ("'" if L[1] else "")
+                          for L in lab) + "]"
+
+
+def _lname(L):
+    return {"E": "expert", "C": "capacity-slot", "J": "choice"}.get(L, "token") \
+        if not isinstance(L, tuple) else "token"
+
+
+def _roles(c, econ, b_axes, j_axis):
+    """Roles of the slot index's axes relative to the top_k constraint, or None."""
+    roles = []
+    for a in c.xmap:
+        r = None
+        for i, b in enumerate(b_axes):
+            if econ.xmap[b] is a or (isinstance(a, int) and econ.xmap[b] == a):
+                r = ("T", i)
+        jx = F.xj(econ, j_axis)
+        if jx is not None and (jx is a or (isinstance(a, int) and jx == a)):
+            r = "J"
+        if isinstance(a, int) and a == econ.cat:
+            r = "E"
+        if r is None:
+            return None
+        roles.append(r)
+    return roles
+
+
+def _k(I, j_axis):
+    return 1 if j_axis is None else I.shape[j_axis]
+
+
+def _dot_maps(e):
+    """Per operand: axis -> product axis (out axes, then one per contracted pair)."""
+    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+    lhs, rhs = e.ins
+    lfree = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
+    rfree = [j for j in range(rhs.ndim) if j not in rc and j not in rb]
+    n_out = len(lb) + len(lfree) + len(rfree)
+    lmap, rmap = {}, {}
+    for k, (i, j) in enumerate(zip(lb, rb)):
+        lmap[i] = k
+        rmap[j] = k
+    for k, i in enumerate(lfree):
+        lmap[i] = len(lb) + k
+    for k, j in enumerate(rfree):
+        rmap[j] = len(lb) + len(lfree) + k
+    for k, (i, j) in enumerate(zip(lc, rc)):
+        lmap[i] = n_out + k
+        rmap[j] = n_out + k
+    return [lmap, rmap]
+
+
+def _prod_size(root, pa):
+    if root.name == "reduce_sum":
+        return root.ins[0].shape[pa]
+    for i, m in enumerate(_dot_maps(root)):
+        for a, p in m.items():
+            if p == pa and root.ins[i].shape[a] != 1:
+                return root.ins[i].shape[a]
+    return 1
+
+
+SHAPE_OPS = {"convert_element_type", "transpose", "reshape", "squeeze", "slice", "broadcast_in_dim", "copy",
+             "copy_p", "dynamic_slice", "name", "sharding_constraint", "alias", "reduce_precision"}
+
+
+def _param_like(prog, v, limit=64):
+    """A function input (or constant) seen through layout/dtype ops: weights, not activations."""
+    for _ in range(limit):
+        if isinstance(v, Lit):
+            return True
+        e = prog.producer.get(v)
+        if e is None:
+            return True
+        if e.name not in SHAPE_OPS:
+            return False
+        v = e.ins[0]
+    return False
+
+
+def _stacked_dot(e, prog=None):
+    """A contraction against expert-stacked weights: a weight-like operand with >= 3 axes."""
+    if e.outs[0].ndim < 2:
+        return False
+    return any(isinstance(x, Var) and x.ndim >= 3 and (prog is None or _param_like(prog, x)) for x in e.ins)

@@ -1,0 +1,399 @@
+"""The rewrite pass: `optimize` reproduces naive MoE layers exactly on dispatch -> grouped GEMM -> combine,
+`explain` reports sites and near-misses; non-token-choice layers keep their meaning.
+
+Fresh random inputs each run (the seed is in every failure message); float32, rel err <= 1e-5.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_moe_ffi
+from jax_moe_ffi import models as M
+from jax_moe_ffi.rewrite import emit as EM
+from jax_moe_ffi.rewrite import explain, optimize
+
+T, D, F, E = 24, 16, 32, 8
+TOL = 1e-5
+GG = "jax_moe_ffi_grouped_gemm"
+
+
+def _seed():
+    return int(np.random.SeedSequence().entropy % (2**31))
+
+
+def _inputs(seed, extra=True, t=T, lead=()):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    p = (M.init_moe_params_extra if extra else M.init_moe_params)(k1, D, F, E)
+    x = jax.random.normal(k2, lead + (t, D), jnp.float32)
+    return p, x
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def tree_rel(a, b):
+    return max(rel(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _grouped_calls(f, *args):
+    return len(re.findall(rf"target_name={GG}(?![_a-z])", str(jax.make_jaxpr(f)(*args))))
+
+
+def _dot_result_sizes(hlo_text):
+    sizes = []
+    for line in hlo_text.splitlines():
+        if "dot_general" not in line:
+            continue
+        m = re.search(r"->\s*tensor<([0-9x]+)x[a-z]+[0-9]*>", line)
+        if m:
+            sizes.append(int(np.prod([int(s) for s in m.group(1).split("x")])))
+    return sizes
+
+
+# (name, fn, param builder, x shape lead, expected family)
+POSITIVE = [
+    ("dense", M.dense_moe, "dense"),
+    ("topk_softmax", M.dense_moe_topk_softmax, "dense"),
+    ("sigmoid_no_renorm", M.dense_moe_sigmoid, "dense"),
+    ("bias_clamp_scale", M.dense_moe_bias, "dense"),
+    ("geglu_approx_max_k", M.dense_moe_geglu, "dense"),
+    ("fused_gate_up", M.dense_moe_fused, "dense"),
+    ("weight_as_lhs", M.dense_moe_lhs, "dense"),
+    ("e_free_dim", M.dense_moe_free_e, "dense"),
+    ("masked_softmax_gate", M.dense_moe_masked_softmax, "dense"),
+    ("broadcast_then_mask", M.masked_moe, "masked"),
+    ("broadcast_then_where", M.masked_moe_where, "masked"),
+    ("loop_slices", M.loop_moe, "loop"),
+    ("shared_expert", M.shared_expert_moe, "dense"),
+    ("gather_combine", M.gather_moe, "dense"),
+    ("capacity", partial(M.capacity_moe, capacity_factor=0.5), "capacity"),
+    ("switch_top1_argmax", partial(M.switch_moe, capacity_factor=0.5), "capacity"),
+    ("capacity_gsec", partial(M.capacity_moe_grouped, capacity_factor=0.75), "capacity"),
+]
+
+
+@pytest.mark.parametrize("name,fn,family", POSITIVE, ids=[c[0] for c in POSITIVE])
+def test_exact_and_rewritten(name, fn, family):
+    seed = _seed()
+    p, x = _inputs(seed)
+    report = explain(fn, p, x)
+    assert [s.family for s in report.sites] == [family], (seed, str(report))
+    of = jax.jit(optimize(fn))
+    y0, y1 = fn(p, x), of(p, x)
+    assert y1.shape == y0.shape and y1.dtype == y0.dtype
+    assert rel(y1, y0) <= TOL, (name, seed, rel(y1, y0))
+    assert _grouped_calls(optimize(fn), p, x) == (2 if name in ("fused_gate_up", "switch_top1_argmax") else 3)
+
+
+def test_loop_over_separate_weights():
+    seed = _seed()
+    p, x = _inputs(seed)
+    ps = M.split_expert_params(p)
+    fn = M.loop_moe_list
+    assert [s.family for s in explain(fn, ps, x).sites] == ["loop"]
+    y0, y1 = fn(ps, x), jax.jit(optimize(fn))(ps, x)
+    assert rel(y1, y0) <= TOL, (seed, rel(y1, y0))
+    # the E separate [T, F] dots are gone: only the router dot is left
+    txt = jax.jit(optimize(fn)).lower(ps, x).as_text()
+    assert txt.count(GG) >= 3
+    assert max(_dot_result_sizes(txt)) <= T * E, _dot_result_sizes(txt)
+
+
+BATCHED = [
+    ("bsd_per_choice", M.dense_moe_per_choice, "dense"),
+    ("bsec_choice_major_priority", partial(M.capacity_moe_bsec, priority="choice", capacity_factor=0.5),
+     "capacity"),
+    ("maxtext_dropless", M.maxtext_style_moe, "dense"),  # scatter-built gate
+    ("maxtext_capacity", partial(M.maxtext_style_moe, capacity_factor=1.0), "capacity"),  # (C+1)-hot [1:]
+    ("maxtext_capacity_1", partial(M.maxtext_style_moe, capacity_factor=0.5), "capacity"),  # C == 1
+    ("keras_expert_major", M.keras_style_moe, "dense"),
+]
+
+
+@pytest.mark.parametrize("name,fn,family", BATCHED, ids=[c[0] for c in BATCHED])
+def test_batched_token_axes(name, fn, family):
+    seed = _seed()
+    p, x = _inputs(seed, t=T // 2, lead=(2,))
+    r = explain(fn, p, x)
+    assert [s.family for s in r.sites] == [family], str(r)
+    assert r.sites[0].tokens in ((2, T // 2), (T,)), str(r)
+    y0, y1 = fn(p, x), jax.jit(optimize(fn))(p, x)
+    assert rel(y1, y0) <= TOL, (seed, rel(y1, y0))
+    if family == "capacity":  # dropless = the same layer without capacity
+        ref = M.maxtext_style_moe(p, x) if "maxtext" in name else \
+            M.dense_moe(p, x.reshape(T, D)).reshape(x.shape)
+        assert rel(jax.jit(optimize(fn, mode="dropless"))(p, x), ref) <= TOL, seed
+
+
+def _variant(act, extra=lambda h: h):
+    def f(p, x):
+        w, ex, _ = M._router(p, x, 2)
+        gate = M._gate_matrix(w, ex, E, x.dtype)
+        h = act(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
+        y = jnp.einsum("tef,efd->ted", extra(h), p["w_down"])
+        return jnp.einsum("ted,te->td", y, gate)
+    return f
+
+
+@jax.custom_vjp
+def _ste_relu(x):
+    return jax.nn.relu(x)
+
+
+_ste_relu.defvjp(lambda x: (jax.nn.relu(x), None), lambda _, g: (g,))  # straight-through
+
+
+def test_nested_calls_in_the_expert_body():
+    from jax.ad_checkpoint import checkpoint_name
+    seed = _seed()
+    p, x = _inputs(seed)
+    for f in (_variant(jax.nn.relu),  # custom_jvp
+              _variant(jax.nn.silu, lambda h: checkpoint_name(h, "moe_h")),
+              _variant(jax.jit(lambda z: z * jax.nn.sigmoid(1.702 * z)))):
+        assert len(explain(f, p, x).sites) == 1
+        assert rel(optimize(f)(p, x), f(p, x)) <= TOL
+        g0 = jax.grad(lambda p: jnp.sum(f(p, x) ** 2))(p)
+        g1 = jax.grad(lambda p: jnp.sum(optimize(f)(p, x) ** 2))(p)
+        assert tree_rel(g1, g0) <= 1e-5, seed
+    # a custom_vjp inside the experts: its gradient rule must not be lost -> left alone, with a reason
+    f = _variant(_ste_relu)
+    r = explain(f, p, x)
+    assert not r.sites and any("custom_vjp" in m.reason for m in r.misses), str(r)
+
+
+def test_cond_branch_is_rewritten():
+    seed = _seed()
+    p, x = _inputs(seed)
+
+    def fn(p, x, flag):
+        return jax.lax.cond(flag, lambda h: M.dense_moe(p, h), lambda h: 2 * h, x)
+
+    r = explain(fn, p, x, True)
+    assert [s.path for s in r.sites] == ["cond[1]/"]
+    for flag in (True, False):
+        assert rel(optimize(fn)(p, x, flag), fn(p, x, flag)) <= TOL
+
+
+@pytest.mark.parametrize("fn", [M.dense_moe, partial(M.capacity_moe, capacity_factor=0.5), M.loop_moe],
+                         ids=["dense", "capacity", "loop"])
+def test_hlo_has_grouped_gemm_and_no_dense_expert_dot(fn):
+    seed = _seed()
+    p, x = _inputs(seed)
+    before = jax.jit(fn).lower(p, x).as_text()
+    after = jax.jit(optimize(fn)).lower(p, x).as_text()
+    assert GG not in before and after.count(GG) >= 3
+    assert "jax_moe_ffi_combine" in after or EM._ops() is None
+    # the naive form has [T, E, F]-sized (or E x C x F) dots; the rewritten one only the router's [T, E]
+    assert max(_dot_result_sizes(before)) >= E * F * 2
+    assert max(_dot_result_sizes(after)) <= T * E, _dot_result_sizes(after)
+
+
+@pytest.mark.parametrize("fn", [M.dense_moe, M.dense_moe_bias, partial(M.capacity_moe, capacity_factor=0.5),
+                                M.masked_moe_where, M.loop_moe, M.dense_moe_lhs],
+                         ids=["dense", "bias", "capacity", "masked_where", "loop", "lhs"])
+def test_grad_matches(fn):
+    seed = _seed()
+    p, x = _inputs(seed)
+
+    def loss(p, x):
+        return jnp.sum(jnp.sin(fn(p, x)) * x)
+
+    g0 = jax.grad(loss, argnums=(0, 1))(p, x)
+    g1 = jax.jit(jax.grad(optimize(loss), argnums=(0, 1)))(p, x)
+    assert jax.tree.structure(g0) == jax.tree.structure(g1)
+    assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
+
+
+def test_scan_over_layers_with_checkpoint():
+    seed = _seed()
+    keys = jax.random.split(jax.random.key(seed), 3)
+    ps = jax.tree.map(lambda *a: jnp.stack(a), *[M.init_moe_params(k, D, F, E) for k in keys[:2]])
+    x = jax.random.normal(keys[2], (T, D))
+    fn = M.moe_decoder
+    r = explain(fn, ps, x)
+    assert len(r.sites) == 1 and r.sites[0].path == "scan/remat/", str(r)
+    of = optimize(fn)
+    assert rel(jax.jit(of)(ps, x), fn(ps, x)) <= TOL, seed
+    txt = jax.jit(of).lower(ps, x).as_text()
+    assert GG in txt
+
+    def loss(f):
+        return lambda ps, x: jnp.sum(f(ps, x) ** 2)
+
+    g0 = jax.grad(loss(fn), argnums=(0, 1))(ps, x)
+    g1 = jax.jit(jax.grad(loss(of), argnums=(0, 1)))(ps, x)
+    assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
+
+
+NEAR_MISSES = [
+    ("expert_choice", M.expert_choice_moe, "expert-choice"),
+    ("soft_moe", M.soft_moe, "no k-sparse gate"),
+    ("dense_no_gate", M.dense_mixture, "no k-sparse gate"),
+    ("dense_softmax_weights", M.dense_softmax_mixture, "no k-sparse gate"),
+]
+
+
+@pytest.mark.parametrize("name,fn,reason", NEAR_MISSES, ids=[c[0] for c in NEAR_MISSES])
+def test_near_misses_not_rewritten(name, fn, reason):
+    seed = _seed()
+    p, x = _inputs(seed)
+    r = explain(fn, p, x)
+    assert not r.sites, str(r)
+    assert r.misses and all(reason in m.reason for m in r.misses), str(r)
+    assert all("models.py" in m.source for m in r.misses)
+    of = optimize(fn)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y1 = of(p, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once only
+        y1b = of(p, x)
+    y0 = fn(p, x)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y0))
+    np.testing.assert_array_equal(np.asarray(y1b), np.asarray(y0))
+    assert GG not in str(jax.make_jaxpr(of)(p, x))
+
+
+def test_region_used_elsewhere_is_a_near_miss():
+    seed = _seed()
+    p, x = _inputs(seed)
+
+    def fn(p, x):  # the all-experts outputs are also returned: nothing to save, keep it dense
+        w, ex, _ = M._router(p, x, 2)
+        gate = M._gate_matrix(w, ex, E, x.dtype)
+        y = jnp.einsum("td,edf->tef", x, p["w_gate"])
+        return jnp.einsum("tef,te->tf", y, gate), y
+
+    r = explain(fn, p, x)
+    assert not r.sites and any("used outside" in m.reason or "output of the function" in m.reason
+                               for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning):
+        out = optimize(fn)(p, x)
+    assert tree_rel(out, fn(p, x)) == 0.0
+
+
+def test_explain_report_fields():
+    seed = _seed()
+    p, x = _inputs(seed)
+    r = explain(partial(M.capacity_moe, capacity_factor=0.5), p, x)
+    assert isinstance(r, jax_moe_ffi.Report)
+    (s,) = r.sites
+    assert s.family == "capacity" and s.E == E and s.k == 2 and s.tokens == (T,)
+    assert s.capacity == int(np.ceil(T * 2 / E * 0.5))
+    assert "models.py" in s.source and "capacity_moe" in s.source
+    assert s.flops_before > 0 and s.flops_after > 0 and s.bytes_before > 0
+    assert len(s.shapes["gemms"]) == 3
+    assert any("one token" in n for n in s.notes)
+    d = r.as_dict()
+    assert d["sites"][0]["family"] == "capacity" and d["mode"] == "exact"
+    text = str(r)
+    assert "site 0" in text and "capacity=" in text and "FLOPs" in text
+    r2 = explain(M.dense_moe, p, x)
+    (s2,) = r2.sites
+    assert s2.family == "dense" and s2.capacity is None and s2.flops_before > s2.flops_after
+    assert s2.flops_before == pytest.approx(E / 2 * s2.flops_after, rel=0.05)
+
+
+def test_dropless_mode_ignores_capacity():
+    seed = _seed()
+    p, x = _inputs(seed)
+    fn = partial(M.capacity_moe, capacity_factor=0.5)  # drops tokens
+    y = fn(p, x)
+    dense = M.dense_moe(p, x)
+    assert rel(y, dense) > 1e-3, "the test needs dropped tokens"
+    assert rel(jax.jit(optimize(fn))(p, x), y) <= TOL
+    yd = jax.jit(optimize(fn, mode="dropless"))(p, x)
+    assert rel(yd, dense) <= TOL, (seed, rel(yd, dense))
+    r = explain(fn, p, x, mode="dropless")
+    assert r.mode == "dropless" and r.sites[0].dropless
+    assert "ignored" in str(r) and any("dropless" in n for n in r.sites[0].notes)
+
+
+def test_options_and_signature():
+    with pytest.raises(NotImplementedError):
+        optimize(M.dense_moe, recipe="mxfp8")
+    with pytest.raises(ValueError):
+        optimize(M.dense_moe, mode="fast")
+    seed = _seed()
+    p, x = _inputs(seed)
+    r = explain(M.dense_moe, p, x, offload="host", streams=True)
+    assert r.offload == "host" and any("later issue" in n for n in r.notes)
+    traced = []
+
+    def fn(params, inputs, *, top_k=2):
+        traced.append(inputs["x"].shape)
+        y = M.dense_moe(params, inputs["x"], top_k)
+        return {"y": y, "aux": (jnp.sum(inputs["x"]), top_k)}
+
+    of = optimize(fn)
+    out = of(p, {"x": x}, top_k=2)
+    ref = fn(p, {"x": x}, top_k=2)
+    assert jax.tree.structure(out) == jax.tree.structure(ref)
+    assert rel(out["y"], ref["y"]) <= TOL and out["aux"][1] == 2
+    n = len(traced)
+    of(p, {"x": x + 1.0}, top_k=2)
+    assert len(traced) == n  # cached per signature
+    of(p, {"x": x[:12]}, top_k=2)
+    assert len(traced) == n + 1  # a new shape: traced again
+
+
+def test_vmap_and_pure_jax_backend(monkeypatch):
+    seed = _seed()
+    p, x = _inputs(seed)
+    xb = jnp.stack([x, 2 * x])
+    yb = jax.vmap(optimize(M.dense_moe), in_axes=(None, 0))(p, xb)
+    assert rel(yb, jax.vmap(M.dense_moe, in_axes=(None, 0))(p, xb)) <= TOL
+    monkeypatch.setattr(EM, "BACKEND", "jax")  # the argsort dispatch/combine fallback
+    fn = partial(M.capacity_moe, capacity_factor=0.5)
+    assert rel(optimize(fn)(p, x), fn(p, x)) <= TOL
+    g0 = jax.grad(lambda p: jnp.sum(M.dense_moe(p, x) ** 2))(p)
+    g1 = jax.grad(lambda p: jnp.sum(optimize(M.dense_moe)(p, x) ** 2))(p)
+    assert tree_rel(g1, g0) <= 1e-5
+
+
+def test_bfloat16():
+    seed = _seed()
+    p, x = _inputs(seed, extra=False)
+    pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
+    xb = x.astype(jnp.bfloat16)
+    ref = M.dense_moe(pb, xb)  # same (bf16) routing decisions
+    yb = jax.jit(optimize(M.dense_moe))(pb, xb)
+    assert yb.dtype == jnp.bfloat16
+    assert rel(yb.astype(jnp.float32), ref.astype(jnp.float32)) <= 1e-2, seed
+
+
+def test_shared_expert_left_alone():
+    seed = _seed()
+    p, x = _inputs(seed)
+    jaxpr = str(jax.make_jaxpr(optimize(M.shared_expert_moe))(p, x))
+    assert jaxpr.count(GG) >= 3
+    # the shared expert's dense [T, F] and [T, D] dots are still there
+    assert "f32[24,32] = dot_general" in jaxpr.replace("\n", " ").replace("  ", " ") or \
+        re.search(r"f32\[24,32\] = dot_general", jaxpr)
+
+
+def test_two_unrolled_layers_and_side_effects_kept():
+    seed = _seed()
+    p, x = _inputs(seed)
+    p2, _ = _inputs(seed + 1)
+    calls = []
+
+    def fn(p, p2, x):
+        jax.debug.callback(lambda s: calls.append(float(s)), jnp.sum(x))  # not an output: must still run
+        h = x + M.dense_moe(p, x)
+        return h + M.loop_moe(p2, h)
+
+    r = explain(fn, p, p2, x)
+    assert sorted(s.family for s in r.sites) == ["dense", "loop"], str(r)
+    y = optimize(fn)(p, p2, x)
+    jax.effects_barrier()
+    assert len(calls) == 1
+    assert rel(y, fn(p, p2, x)) <= TOL, seed
