@@ -48,6 +48,10 @@ def summarize_hlo(text: str, top: int = 5) -> HloSummary:
     for line in text.splitlines():
         if line.rstrip().endswith("{") and "->" in line:  # a new computation: names are local to it
             shapes = {}
+        if " custom-call(" in line:  # counted here: multi-output calls have tuple shapes _INSTR skips
+            t = re.search(r'custom_call_target="([^"]+)"', line)
+            if t:
+                calls[t.group(1)] += 1
         m = _INSTR.match(line)
         if not m:
             continue
@@ -56,11 +60,7 @@ def summarize_hlo(text: str, top: int = 5) -> HloSummary:
         shapes[name] = shape
         if dt in _DTYPE_BYTES and op not in ("parameter", "constant", "get-tuple-element", "bitcast", "tuple"):
             buffers.append((name, f"{dt}[{dims}]", math.prod(shape) * _DTYPE_BYTES[dt]))
-        if op == "custom-call":
-            t = re.search(r'custom_call_target="([^"]+)"', line)
-            if t:
-                calls[t.group(1)] += 1
-        elif op == "dot":
+        if op == "dot":
             dots += 1
             # operands print either with their shapes or as bare names, depending on the XLA version
             typed = re.match(r"\s*" + _SHAPE, rest)

@@ -1,0 +1,298 @@
+module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<2x128x8xf32>, %arg1: tensor<2x8x256x128xf32>, %arg2: tensor<2x8x128x256xf32>, %arg3: tensor<2x8x128x256xf32>, %arg4: tensor<256x128xf32>) -> (tensor<256x128xf32> {jax.result_info = "result"}) {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0:6 = stablehlo.while(%iterArg = %arg0, %iterArg_0 = %arg1, %iterArg_1 = %arg2, %iterArg_2 = %arg3, %iterArg_3 = %c, %iterArg_4 = %arg4) : tensor<2x128x8xf32>, tensor<2x8x256x128xf32>, tensor<2x8x128x256xf32>, tensor<2x8x128x256xf32>, tensor<i32>, tensor<256x128xf32>
+    cond {
+      %c_5 = stablehlo.constant dense<2> : tensor<i32>
+      %1 = stablehlo.compare LT, %iterArg_3, %c_5, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = func.call @dynamic_index_in_dim(%iterArg, %iterArg_3) : (tensor<2x128x8xf32>, tensor<i32>) -> tensor<128x8xf32>
+      %2 = func.call @dynamic_index_in_dim_0(%iterArg_0, %iterArg_3) : (tensor<2x8x256x128xf32>, tensor<i32>) -> tensor<8x256x128xf32>
+      %3 = func.call @dynamic_index_in_dim_1(%iterArg_1, %iterArg_3) : (tensor<2x8x128x256xf32>, tensor<i32>) -> tensor<8x128x256xf32>
+      %4 = func.call @dynamic_index_in_dim_1(%iterArg_2, %iterArg_3) : (tensor<2x8x128x256xf32>, tensor<i32>) -> tensor<8x128x256xf32>
+      %5 = func.call @closed_call(%iterArg_4, %1, %2, %3, %4) : (tensor<256x128xf32>, tensor<128x8xf32>, tensor<8x256x128xf32>, tensor<8x128x256xf32>, tensor<8x128x256xf32>) -> tensor<256x128xf32>
+      %c_5 = stablehlo.constant dense<1> : tensor<i32>
+      %6 = stablehlo.add %iterArg_3, %c_5 : tensor<i32>
+      stablehlo.return %iterArg, %iterArg_0, %iterArg_1, %iterArg_2, %6, %5 : tensor<2x128x8xf32>, tensor<2x8x256x128xf32>, tensor<2x8x128x256xf32>, tensor<2x8x128x256xf32>, tensor<i32>, tensor<256x128xf32>
+    }
+    return %0#5 : tensor<256x128xf32>
+  }
+  func.func private @dynamic_index_in_dim(%arg0: tensor<2x128x8xf32>, %arg1: tensor<i32>) -> tensor<128x8xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %c_0 = stablehlo.constant dense<0> : tensor<i32>
+    %0 = stablehlo.dynamic_slice %arg0, %arg1, %c, %c_0, sizes = [1, 128, 8] : (tensor<2x128x8xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x128x8xf32>
+    %1 = stablehlo.reshape %0 : (tensor<1x128x8xf32>) -> tensor<128x8xf32>
+    return %1 : tensor<128x8xf32>
+  }
+  func.func private @dynamic_index_in_dim_0(%arg0: tensor<2x8x256x128xf32>, %arg1: tensor<i32>) -> tensor<8x256x128xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %c_0 = stablehlo.constant dense<0> : tensor<i32>
+    %c_1 = stablehlo.constant dense<0> : tensor<i32>
+    %0 = stablehlo.dynamic_slice %arg0, %arg1, %c, %c_0, %c_1, sizes = [1, 8, 256, 128] : (tensor<2x8x256x128xf32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x8x256x128xf32>
+    %1 = stablehlo.reshape %0 : (tensor<1x8x256x128xf32>) -> tensor<8x256x128xf32>
+    return %1 : tensor<8x256x128xf32>
+  }
+  func.func private @dynamic_index_in_dim_1(%arg0: tensor<2x8x128x256xf32>, %arg1: tensor<i32>) -> tensor<8x128x256xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %c_0 = stablehlo.constant dense<0> : tensor<i32>
+    %c_1 = stablehlo.constant dense<0> : tensor<i32>
+    %0 = stablehlo.dynamic_slice %arg0, %arg1, %c, %c_0, %c_1, sizes = [1, 8, 128, 256] : (tensor<2x8x128x256xf32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<1x8x128x256xf32>
+    %1 = stablehlo.reshape %0 : (tensor<1x8x128x256xf32>) -> tensor<8x128x256xf32>
+    return %1 : tensor<8x128x256xf32>
+  }
+  func.func private @closed_call(%arg0: tensor<256x128xf32>, %arg1: tensor<128x8xf32>, %arg2: tensor<8x256x128xf32>, %arg3: tensor<8x128x256xf32>, %arg4: tensor<8x128x256xf32>) -> tensor<256x128xf32> {
+    %0 = stablehlo.multiply %arg0, %arg0 : tensor<256x128xf32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %1 = stablehlo.reduce(%0 init: %cst) applies stablehlo.add across dimensions = [1] : (tensor<256x128xf32>, tensor<f32>) -> tensor<256xf32>
+    %2 = stablehlo.broadcast_in_dim %1, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
+    %cst_0 = stablehlo.constant dense<1.280000e+02> : tensor<f32>
+    %3 = stablehlo.broadcast_in_dim %cst_0, dims = [] : (tensor<f32>) -> tensor<256x1xf32>
+    %4 = stablehlo.divide %2, %3 : tensor<256x1xf32>
+    %cst_1 = stablehlo.constant dense<9.99999997E-7> : tensor<f32>
+    %5 = stablehlo.broadcast_in_dim %cst_1, dims = [] : (tensor<f32>) -> tensor<256x1xf32>
+    %6 = stablehlo.add %4, %5 : tensor<256x1xf32>
+    %7 = stablehlo.sqrt %6 : tensor<256x1xf32>
+    %8 = stablehlo.broadcast_in_dim %7, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x128xf32>
+    %9 = stablehlo.divide %arg0, %8 : tensor<256x128xf32>
+    %10 = stablehlo.dot_general %9, %arg1, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<256x128xf32>, tensor<128x8xf32>) -> tensor<256x8xf32>
+    %cst_2 = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %11 = stablehlo.reduce(%10 init: %cst_2) applies stablehlo.maximum across dimensions = [1] : (tensor<256x8xf32>, tensor<f32>) -> tensor<256xf32>
+    %cst_3 = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %12 = stablehlo.broadcast_in_dim %cst_3, dims = [] : (tensor<f32>) -> tensor<256xf32>
+    %13 = stablehlo.maximum %12, %11 : tensor<256xf32>
+    %14 = stablehlo.broadcast_in_dim %13, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
+    %15 = stablehlo.broadcast_in_dim %14, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x8xf32>
+    %16 = stablehlo.subtract %10, %15 : tensor<256x8xf32>
+    %17 = stablehlo.exponential %16 : tensor<256x8xf32>
+    %cst_4 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %18 = stablehlo.reduce(%17 init: %cst_4) applies stablehlo.add across dimensions = [1] : (tensor<256x8xf32>, tensor<f32>) -> tensor<256xf32>
+    %19 = stablehlo.broadcast_in_dim %18, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
+    %20 = stablehlo.broadcast_in_dim %19, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x8xf32>
+    %21 = stablehlo.divide %17, %20 : tensor<256x8xf32>
+    %values, %indices = chlo.top_k(%21, k = 2) : tensor<256x8xf32> -> (tensor<256x2xf32>, tensor<256x2xi32>)
+    %cst_5 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %22 = stablehlo.reduce(%values init: %cst_5) applies stablehlo.add across dimensions = [1] : (tensor<256x2xf32>, tensor<f32>) -> tensor<256xf32>
+    %23 = stablehlo.broadcast_in_dim %22, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
+    %24 = stablehlo.broadcast_in_dim %23, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x2xf32>
+    %25 = stablehlo.divide %values, %24 : tensor<256x2xf32>
+    %26 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<256x2xi32>) -> tensor<256x2x1xi32>
+    %27 = stablehlo.iota dim = 2 : tensor<1x1x8xi32>
+    %28 = stablehlo.broadcast_in_dim %26, dims = [0, 1, 2] : (tensor<256x2x1xi32>) -> tensor<256x2x8xi32>
+    %29 = stablehlo.broadcast_in_dim %27, dims = [0, 1, 2] : (tensor<1x1x8xi32>) -> tensor<256x2x8xi32>
+    %30 = stablehlo.compare EQ, %28, %29, SIGNED : (tensor<256x2x8xi32>, tensor<256x2x8xi32>) -> tensor<256x2x8xi1>
+    %31 = stablehlo.convert %30 : (tensor<256x2x8xi1>) -> tensor<256x2x8xf32>
+    %32 = stablehlo.broadcast_in_dim %25, dims = [0, 1] : (tensor<256x2xf32>) -> tensor<256x2x1xf32>
+    %33 = stablehlo.broadcast_in_dim %32, dims = [0, 1, 2] : (tensor<256x2x1xf32>) -> tensor<256x2x8xf32>
+    %34 = stablehlo.multiply %31, %33 : tensor<256x2x8xf32>
+    %cst_6 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %35 = stablehlo.reduce(%34 init: %cst_6) applies stablehlo.add across dimensions = [1] : (tensor<256x2x8xf32>, tensor<f32>) -> tensor<256x8xf32>
+    %36 = stablehlo.reshape %indices : (tensor<256x2xi32>) -> tensor<512xi32>
+    %37 = stablehlo.iota dim = 0 : tensor<512xi32>
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %38 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %39 = stablehlo.compare LT, %37, %38, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_7 = stablehlo.constant dense<512> : tensor<i32>
+    %40 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %41 = stablehlo.add %37, %40 : tensor<512xi32>
+    %42 = stablehlo.select %39, %41, %37 : tensor<512xi1>, tensor<512xi32>
+    %43 = stablehlo.broadcast_in_dim %42, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %44 = "stablehlo.gather"(%36, %43) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xi32>, tensor<512x1xi32>) -> tensor<512xi32>
+    %c_8 = stablehlo.constant dense<2> : tensor<i32>
+    %45 = call @floor_divide(%37, %c_8) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
+    %c_9 = stablehlo.constant dense<256> : tensor<i32>
+    %46 = call @remainder(%45, %c_9) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
+    %c_10 = stablehlo.constant dense<0> : tensor<i32>
+    %c_11 = stablehlo.constant dense<255> : tensor<i32>
+    %47 = call @clip(%46, %c_10, %c_11) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
+    %c_12 = stablehlo.constant dense<0> : tensor<i32>
+    %c_13 = stablehlo.constant dense<7> : tensor<i32>
+    %48 = call @clip(%44, %c_12, %c_13) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
+    %c_14 = stablehlo.constant dense<0> : tensor<i32>
+    %49 = stablehlo.broadcast_in_dim %c_14, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %50 = stablehlo.compare LT, %47, %49, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_15 = stablehlo.constant dense<256> : tensor<i32>
+    %51 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %52 = stablehlo.add %47, %51 : tensor<512xi32>
+    %53 = stablehlo.select %50, %52, %47 : tensor<512xi1>, tensor<512xi32>
+    %c_16 = stablehlo.constant dense<0> : tensor<i32>
+    %54 = stablehlo.broadcast_in_dim %c_16, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %55 = stablehlo.compare LT, %48, %54, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_17 = stablehlo.constant dense<8> : tensor<i32>
+    %56 = stablehlo.broadcast_in_dim %c_17, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %57 = stablehlo.add %48, %56 : tensor<512xi32>
+    %58 = stablehlo.select %55, %57, %48 : tensor<512xi1>, tensor<512xi32>
+    %59 = stablehlo.broadcast_in_dim %53, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %60 = stablehlo.broadcast_in_dim %58, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %61 = stablehlo.concatenate %59, %60, dim = 1 : (tensor<512x1xi32>, tensor<512x1xi32>) -> tensor<512x2xi32>
+    %62 = "stablehlo.gather"(%35, %61) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<256x8xf32>, tensor<512x2xi32>) -> tensor<512xf32>
+    %63 = stablehlo.reshape %62 : (tensor<512xf32>) -> tensor<256x2xf32>
+    %c_18 = stablehlo.constant dense<false> : tensor<i1>
+    %64 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i1>) -> tensor<0xi1>
+    %c_19 = stablehlo.constant dense<0> : tensor<i32>
+    %65 = "stablehlo.case"(%c_19) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %66:4 = "stablehlo.case"(%65) ({
+      %87:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<24xi32>)
+      stablehlo.return %87#0, %87#1, %87#2, %87#3 : tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>
+    }) : (tensor<i32>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>)
+    %cst_20 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %67 = stablehlo.broadcast_in_dim %cst_20, dims = [] : (tensor<f32>) -> tensor<0xf32>
+    %c_21 = stablehlo.constant dense<0> : tensor<i32>
+    %68 = "stablehlo.case"(%c_21) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %69 = "stablehlo.case"(%68) ({
+      %87 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
+      stablehlo.return %87 : tensor<512x128xf32>
+    }) : (tensor<i32>) -> tensor<512x128xf32>
+    %c_22 = stablehlo.constant dense<0> : tensor<i32>
+    %70 = "stablehlo.case"(%c_22) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %71 = "stablehlo.case"(%70) ({
+      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      stablehlo.return %87 : tensor<512x256xf32>
+    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %72 = stablehlo.negate %71 : tensor<512x256xf32>
+    %73 = stablehlo.exponential %72 : tensor<512x256xf32>
+    %cst_23 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %74 = stablehlo.broadcast_in_dim %cst_23, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %75 = stablehlo.add %74, %73 : tensor<512x256xf32>
+    %cst_24 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %76 = stablehlo.broadcast_in_dim %cst_24, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %77 = stablehlo.divide %76, %75 : tensor<512x256xf32>
+    %78 = stablehlo.multiply %71, %77 : tensor<512x256xf32>
+    %c_25 = stablehlo.constant dense<0> : tensor<i32>
+    %79 = "stablehlo.case"(%c_25) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %80 = "stablehlo.case"(%79) ({
+      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      stablehlo.return %87 : tensor<512x256xf32>
+    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %81 = stablehlo.multiply %78, %80 : tensor<512x256xf32>
+    %c_26 = stablehlo.constant dense<0> : tensor<i32>
+    %82 = "stablehlo.case"(%c_26) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %83 = "stablehlo.case"(%82) ({
+      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%81, %arg2, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
+      stablehlo.return %87 : tensor<512x128xf32>
+    }) : (tensor<i32>) -> tensor<512x128xf32>
+    %c_27 = stablehlo.constant dense<0> : tensor<i32>
+    %84 = "stablehlo.case"(%c_27) ({
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }, {
+      %c_28 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_28 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %85 = "stablehlo.case"(%84) ({
+      %87 = stablehlo.custom_call @jax_moe_ffi_combine(%83, %66#0, %63) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<256x2xi32>, tensor<256x2xf32>) -> tensor<256x128xf32>
+      stablehlo.return %87 : tensor<256x128xf32>
+    }) : (tensor<i32>) -> tensor<256x128xf32>
+    %86 = stablehlo.add %arg0, %85 : tensor<256x128xf32>
+    return %86 : tensor<256x128xf32>
+  }
+  func.func private @floor_divide(%arg0: tensor<512xi32>, %arg1: tensor<i32>) -> tensor<512xi32> {
+    %0 = stablehlo.convert %arg1 : tensor<i32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %2 = stablehlo.divide %arg0, %1 : tensor<512xi32>
+    %3 = stablehlo.sign %arg0 : tensor<512xi32>
+    %4 = stablehlo.sign %0 : tensor<i32>
+    %5 = stablehlo.broadcast_in_dim %4, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %6 = stablehlo.compare NE, %3, %5, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %7 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %8 = stablehlo.remainder %arg0, %7 : tensor<512xi32>
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %9 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %10 = stablehlo.compare NE, %8, %9, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %11 = stablehlo.and %6, %10 : tensor<512xi1>
+    %c_0 = stablehlo.constant dense<1> : tensor<i32>
+    %12 = stablehlo.broadcast_in_dim %c_0, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %13 = stablehlo.subtract %2, %12 : tensor<512xi32>
+    %14 = call @_where(%11, %13, %2) : (tensor<512xi1>, tensor<512xi32>, tensor<512xi32>) -> tensor<512xi32>
+    return %14 : tensor<512xi32>
+  }
+  func.func private @_where(%arg0: tensor<512xi1>, %arg1: tensor<512xi32>, %arg2: tensor<512xi32>) -> tensor<512xi32> {
+    %0 = stablehlo.select %arg0, %arg1, %arg2 : tensor<512xi1>, tensor<512xi32>
+    return %0 : tensor<512xi32>
+  }
+  func.func private @remainder(%arg0: tensor<512xi32>, %arg1: tensor<i32>) -> tensor<512xi32> {
+    %0 = stablehlo.convert %arg1 : tensor<i32>
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %1 = stablehlo.compare EQ, %0, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %c_0 = stablehlo.constant dense<1> : tensor<i32>
+    %2 = call @_where_2(%1, %c_0, %0) : (tensor<i1>, tensor<i32>, tensor<i32>) -> tensor<i32>
+    %3 = stablehlo.broadcast_in_dim %2, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %4 = stablehlo.remainder %arg0, %3 : tensor<512xi32>
+    %c_1 = stablehlo.constant dense<0> : tensor<i32>
+    %5 = stablehlo.broadcast_in_dim %c_1, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %6 = stablehlo.compare NE, %4, %5, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_2 = stablehlo.constant dense<0> : tensor<i32>
+    %7 = stablehlo.broadcast_in_dim %c_2, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %8 = stablehlo.compare LT, %4, %7, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_3 = stablehlo.constant dense<0> : tensor<i32>
+    %9 = stablehlo.compare LT, %2, %c_3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %10 = stablehlo.broadcast_in_dim %9, dims = [] : (tensor<i1>) -> tensor<512xi1>
+    %11 = stablehlo.compare NE, %8, %10, UNSIGNED : (tensor<512xi1>, tensor<512xi1>) -> tensor<512xi1>
+    %12 = stablehlo.and %11, %6 : tensor<512xi1>
+    %13 = stablehlo.broadcast_in_dim %2, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %14 = stablehlo.add %4, %13 : tensor<512xi32>
+    %15 = stablehlo.select %12, %14, %4 : tensor<512xi1>, tensor<512xi32>
+    return %15 : tensor<512xi32>
+  }
+  func.func private @_where_2(%arg0: tensor<i1>, %arg1: tensor<i32>, %arg2: tensor<i32>) -> tensor<i32> {
+    %0 = stablehlo.select %arg0, %arg1, %arg2 : tensor<i1>, tensor<i32>
+    return %0 : tensor<i32>
+  }
+  func.func private @clip(%arg0: tensor<512xi32>, %arg1: tensor<i32>, %arg2: tensor<i32>) -> tensor<512xi32> {
+    %0 = stablehlo.convert %arg1 : tensor<i32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %2 = stablehlo.maximum %1, %arg0 : tensor<512xi32>
+    %3 = stablehlo.convert %arg2 : tensor<i32>
+    %4 = stablehlo.broadcast_in_dim %3, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %5 = stablehlo.minimum %4, %2 : tensor<512xi32>
+    return %5 : tensor<512xi32>
+  }
+}
