@@ -52,3 +52,19 @@ def out_dtype(op: str, in_dtype, preferred_element_type):
 
 def float0_zeros(x):
     return np.zeros(x.shape, dtype=jax.dtypes.float0)
+
+
+def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str | None = None):
+    """Runs `cpu` on CPU and `cuda` on CUDA; where the CUDA kernel cannot run (`cuda_unusable` says why)
+    the GPU gets `fallback` (pure JAX / XLA) and a warning once -- never silently. Other platforms get
+    `fallback`."""
+    if cuda_unusable is None:
+        return jax.lax.platform_dependent(*args, cpu=cpu, cuda=cuda, default=fallback)
+
+    def cuda_branch(*a):
+        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
+            warn_once(f"{target}:{cuda_unusable}",
+                      f"jax_moe_ffi: {target} runs a pure-JAX/XLA fallback on GPU because {cuda_unusable}")
+        return fallback(*a)
+
+    return jax.lax.platform_dependent(*args, cpu=cpu, cuda=cuda_branch, default=fallback)

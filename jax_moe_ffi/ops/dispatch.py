@@ -122,22 +122,11 @@ def _plan_chunk(p: int) -> int:
 
 
 # ----------------------------------------------------------------------------- platform routing
-def _cuda_ready(target: str) -> bool:
-    return target in _registry.cuda_targets
-
-
 def _on_platforms(ffi_fn, fallback_fn, target: str, *args):
-    """Runs the FFI call on CPU, and on CUDA when the kernel is loaded; else pure JAX, said once."""
-    if _cuda_ready(target):
-        return ffi_fn(*args)
-
-    def cuda_branch(*a):
-        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
-            c.warn_once(target, f"jax_moe_ffi: {target} uses a pure-JAX fallback on GPU because the CUDA "
-                                f"library is not loaded ({_registry.cuda_load_error})")
-        return fallback_fn(*a)
-
-    return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
+    """The same FFI call on CPU and CUDA (one signature on both); pure JAX on GPU without the library."""
+    unusable = None if target in _registry.cuda_targets else \
+        f"the CUDA library is not loaded ({_registry.cuda_load_error})"
+    return c.on_platforms(target, args, cpu=ffi_fn, cuda=ffi_fn, fallback=fallback_fn, cuda_unusable=unusable)
 
 
 # ------------------------------------------------------------------------------------ FFI calls

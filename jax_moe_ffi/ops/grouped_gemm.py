@@ -21,35 +21,19 @@ FWD_TARGET = "jax_moe_ffi_grouped_gemm"
 WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
 
 
-def _cuda_ready(target: str, dtype) -> bool:
-    return target in _registry.cuda_targets and jnp.dtype(dtype) in c.GPU_DTYPES
-
-
-def _gpu_fallback_reason(target: str, dtype) -> str:
+def _cuda_unusable(target: str, dtype) -> str | None:
+    """Why the CUDA kernel cannot take this call, or None."""
     if target not in _registry.cuda_targets:
         return f"the CUDA library is not loaded ({_registry.cuda_load_error})"
-    return f"the CUDA kernel takes bfloat16/float16, got {jnp.dtype(dtype)}"
+    if jnp.dtype(dtype) not in c.GPU_DTYPES:
+        return f"the CUDA kernel takes bfloat16/float16, got {jnp.dtype(dtype)} (XLA's ragged_dot runs instead)"
+    return None
 
 
 def _cuda_workspace_bytes(groups: int) -> int:
     """Device workspace of the CUDA handlers: per-group shapes/pointers/strides (< 256 B a group) and
     CUTLASS's per-SM TMA descriptors (< 1 KiB an SM; 1 MiB covers 1024 SMs). The handler checks it."""
     return 256 * groups + (1 << 20)
-
-
-def _on_platforms(cpu_fn, cuda_fn, fallback_fn, target: str, dtype, *args):
-    """The FFI call on CPU, and on CUDA when the kernel supports the inputs; else the XLA op, said once."""
-    if _cuda_ready(target, dtype):
-        return jax.lax.platform_dependent(*args, cpu=cpu_fn, cuda=cuda_fn, default=fallback_fn)
-
-    def cuda_branch(*a):
-        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
-            c.warn_once(f"{target}:{jnp.dtype(dtype)}",
-                        f"jax_moe_ffi: {target} uses XLA's ragged_dot on GPU because "
-                        f"{_gpu_fallback_reason(target, dtype)}")
-        return fallback_fn(*a)
-
-    return jax.lax.platform_dependent(*args, cpu=cpu_fn, cuda=cuda_branch, default=fallback_fn)
 
 
 def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):
@@ -70,7 +54,8 @@ def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):
         bb = jnp.swapaxes(b, 1, 2) if transpose_rhs else b
         return jax.lax.ragged_dot(a, bb, s, preferred_element_type=out_dtype)
 
-    return _on_platforms(cpu_fn, cuda_fn, xla_fn, FWD_TARGET, lhs.dtype, lhs, rhs, group_sizes)
+    return c.on_platforms(FWD_TARGET, (lhs, rhs, group_sizes), cpu=cpu_fn, cuda=cuda_fn, fallback=xla_fn,
+                          cuda_unusable=_cuda_unusable(FWD_TARGET, lhs.dtype))
 
 
 def _wgrad_call(lhs, dout, group_sizes, out_dtype):
@@ -89,7 +74,8 @@ def _wgrad_call(lhs, dout, group_sizes, out_dtype):
             lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
         return jax.lax.ragged_dot_general(a, d, s, dims, preferred_element_type=out_dtype)
 
-    return _on_platforms(cpu_call, cuda_fn, xla_fn, WGRAD_TARGET, lhs.dtype, lhs, dout, group_sizes)
+    return c.on_platforms(WGRAD_TARGET, (lhs, dout, group_sizes), cpu=cpu_call, cuda=cuda_fn, fallback=xla_fn,
+                          cuda_unusable=_cuda_unusable(WGRAD_TARGET, lhs.dtype))
 
 
 def _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type):
