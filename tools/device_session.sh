@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what to run: tests,sanitize,bench,dispatch>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,dispatch,moe,quantize>" [bench args]
+# Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 what="${1:-tests,bench}"; shift || true
@@ -43,5 +44,15 @@ if [[ ",$what," == *",dispatch,"* ]]; then
   log "benchmark dispatch"
   timeout 300 python3 benchmarks/dispatch.py 2>&1 | tee "$OUT/dispatch.log" | tail -20
   cp benchmarks/results/dispatch_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",moe,"* ]]; then
+  log "benchmark MoE layer"
+  timeout 400 python3 benchmarks/moe_layer.py 2>&1 | tee "$OUT/moe_layer.log" | tail -20
+  cp benchmarks/results/moe_layer_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",quantize,"* ]]; then
+  log "benchmark quantize"
+  timeout 300 python3 benchmarks/quantize.py 2>&1 | tee "$OUT/quantize.log" | tail -20
+  cp benchmarks/results/quantize_h200.* "$OUT/" 2>/dev/null
 fi
 log done
