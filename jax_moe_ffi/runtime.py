@@ -1,0 +1,315 @@
+"""XLA flags, GPU stream placement and host offload for MoE layers (issue 7).
+
+What the rewrite pass (`jax_moe_ffi.rewrite.optimize(..., streams=, offload=)`) calls:
+
+- ``on_stream(fn, stream_id=1) -> fn'``: same signature and pytrees; ``fn``'s ops are placed on GPU stream
+  ``stream_id`` (>= 1; 0 is XLA's main compute stream) through ``jax.experimental.compute_on`` (a ``call``
+  carrying the frontend attribute ``_xla_stream_annotation="<id>"``). Differentiable, works under
+  ``jit``/``vmap``/``scan``/``checkpoint``; harmless on CPU (the attribute is ignored there). Where the
+  installed JAX has no function-form ``compute_on`` it returns ``fn`` itself and warns once.
+  ``streams_supported()`` says which case applies. Nested ``on_stream`` calls run on the outer stream
+  (JAX forbids nested ``compute_on``). Suggested ids: ``SHARED_EXPERT_STREAM``, ``DISPATCH_STREAM``.
+- ``tag(x, name) -> x``: ``jax.ad_checkpoint.checkpoint_name`` with the ``"jax_moe_ffi/"`` prefix; tag
+  MoE intermediates with the names in ``OFFLOAD_NAMES`` (``"moe_dispatched_rows"``, ``"moe_expert_hidden"``,
+  ``"moe_expert_out"``). An identity outside ``jax.checkpoint``.
+- ``offload_policy(names=OFFLOAD_NAMES, *, save=(), others="recompute")``: a ``jax.checkpoint`` policy that
+  offloads the tagged values device -> ``pinned_host`` (``save_and_offload_only_these_names``); with
+  ``others="save"`` every untagged residual stays on the device instead of being recomputed.
+- ``remat_with_offload(fn, names=OFFLOAD_NAMES, **policy_kw)``: ``jax.checkpoint(fn, policy=...)``;
+  use it on the per-layer body of a ``lax.scan`` over layers.
+
+For users and benchmarks: ``xla_flags()`` / ``apply_xla_flags()`` (checked against the installed jaxlib and
+PJRT plugins), ``memory_report(fn, *args)`` (compiled memory analysis), ``offloaded_bytes(fn, *args)``
+(bytes of residuals kept in host memory), ``device_peak_bytes()`` (``Device.memory_stats()``) and
+``lowered_text(fn, *args, platform=)`` (StableHLO, also cross-lowered for ``"cuda"`` from a CPU machine).
+
+What a CPU machine can show: stream annotations in the lowered and compiled HLO; offload as host-memory
+residuals in the jaxpr and as ``annotate_device_placement`` custom calls (``_xla_buffer_placement =
+"pinned_host"``) in StableHLO lowered for ``cuda``. JAX lowers the offload to nothing on CPU, so the CPU
+compiled HLO and memory analysis do not change; the memory saving is measured on the GPU.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.util
+import inspect
+import mmap
+import os
+import re
+import shlex
+import threading
+import warnings
+
+import jax
+import numpy as np
+from jax.ad_checkpoint import checkpoint_name
+
+__all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
+           "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES", "PREFIX",
+           "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
+           "device_peak_bytes", "lowered_text"]
+
+# ============================================================================================ XLA flags
+_T = "true"
+
+
+def _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
+                pipelined_host_offload, command_buffer):
+    """(name, value) candidates; XLA defaults noted where we merely pin them."""
+    flags = []
+    if latency_hiding:  # default false: schedule async work (collectives, other streams) to overlap compute
+        flags += [("xla_gpu_enable_latency_hiding_scheduler", _T),
+                  ("xla_gpu_enable_highest_priority_async_stream", _T)]  # default true in new XLA; pinned
+    if multistream:  # honour `_xla_stream_annotation` (default true in new XLA, false in older ones)
+        flags += [("xla_gpu_experimental_stream_annotation", _T)]
+    if collective_pipelining:  # overlap layer i's collectives with layer i+-1's compute in scanned layers
+        flags += [("xla_gpu_enable_pipelined_all_gather", _T), ("xla_gpu_enable_pipelined_reduce_scatter", _T),
+                  ("xla_gpu_enable_pipelined_all_reduce", _T)]
+    if loop_double_buffering:  # unroll scan-over-layers loops by 2 so both halves can overlap
+        flags += [("xla_gpu_enable_while_loop_double_buffering", _T)]
+    if pipelined_host_offload:  # opt-in upstream: prefetch offloaded residuals one loop iteration ahead
+        flags += [("xla_gpu_enable_pipelined_host_offloading", _T)]
+    if command_buffer is not None:  # e.g. "FUSION,CUSTOM_CALL", or "" to turn CUDA graphs off
+        flags += [("xla_gpu_enable_command_buffer", command_buffer)]
+    return flags
+
+
+def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collective_pipelining: bool = True,
+              loop_double_buffering: bool = False, pipelined_host_offload: bool = False,
+              command_buffer: str | None = None, extra: dict | None = None, strict: bool = False) -> list[str]:
+    """XLA GPU flags for MoE overlap, as ``["--name=value", ...]``, each present in the installed jaxlib.
+
+    A flag name missing from the installed binaries (stale for this version) is dropped with a warning, or
+    raises ``ValueError`` when ``strict``. ``extra`` adds ``{name: value}`` flags, checked the same way.
+    """
+    table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
+                        pipelined_host_offload, command_buffer)
+    table += [(k.lstrip("-"), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (extra or {}).items()]
+    missing = [name for name, _ in table if not flag_available(name)]
+    if missing:
+        msg = f"XLA flags not known to the installed jaxlib {_jaxlib_version()}: {missing}"
+        if not _xla_binaries():
+            msg = f"cannot check XLA flags: no jaxlib binary with XLA's flag registry was found: {missing}"
+        if strict:
+            raise ValueError(msg)
+        warnings.warn(msg + " (dropped)", stacklevel=2)
+    return [f"--{name}={value}" for name, value in table if name not in missing]
+
+
+def _jaxlib_version() -> str:
+    import jaxlib
+    return getattr(jaxlib, "__version__", "?")
+
+
+def backend_initialized() -> bool:
+    """True once a JAX backend exists (XLA_FLAGS is read when the first backend starts)."""
+    from jax._src import xla_bridge as xb
+    fn = getattr(xb, "backends_are_initialized", None)
+    return bool(fn()) if fn is not None else bool(getattr(xb, "_backends", {}))
+
+
+def _flag_name(token: str) -> str:
+    return token.lstrip("-").split("=", 1)[0]
+
+
+def apply_xla_flags(**kwargs) -> list[str]:
+    """Appends ``xla_flags(**kwargs)`` to ``os.environ["XLA_FLAGS"]``; returns the flags added.
+
+    Flags the user already set keep the user's value; nothing is duplicated. Must run before the first
+    JAX computation: raises ``RuntimeError`` if a backend is already initialised (it would ignore them).
+    """
+    if backend_initialized():
+        raise RuntimeError("jax_moe_ffi.runtime.apply_xla_flags: a JAX backend is already initialised, so new "
+                           "XLA_FLAGS would be ignored; call it before the first JAX computation (or set XLA_FLAGS "
+                           "in the environment)")
+    current = os.environ.get("XLA_FLAGS", "")
+    try:
+        tokens = shlex.split(current)
+    except ValueError:
+        tokens = current.split()
+    have = {_flag_name(t) for t in tokens}
+    added = [f for f in xla_flags(**kwargs) if _flag_name(f) not in have]
+    if added:
+        os.environ["XLA_FLAGS"] = " ".join([current.strip(), *added]).strip()
+    return added
+
+
+@functools.lru_cache(maxsize=None)
+def _xla_binaries() -> tuple[str, ...]:
+    """jaxlib's shared objects and PJRT plugins (jax_plugins/*) that hold an XLA flag registry."""
+    import jaxlib
+    dirs = [os.path.dirname(jaxlib.__file__)]
+    spec = importlib.util.find_spec("jax_plugins")
+    dirs += list(spec.submodule_search_locations or []) if spec else []
+    files = {f for d in dirs for f in glob.glob(os.path.join(d, "**", "*.so*"), recursive=True)}
+    return tuple(sorted(f for f in files if _contains(f, b"xla_dump_to")))
+
+
+@functools.lru_cache(maxsize=None)
+def _contains(path: str, name: bytes) -> bool:
+    """`name` occurs in the file as a whole identifier (next byte not [a-z0-9_], or a new `xla_` name)."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            i = mm.find(name)
+            while i >= 0:
+                nxt = mm[i + len(name):i + len(name) + 4]
+                if not re.match(rb"[a-z0-9_]", nxt[:1]) or nxt == b"xla_":
+                    return True
+                i = mm.find(name, i + 1)
+    except (OSError, ValueError):  # unreadable or empty file
+        pass
+    return False
+
+
+def flag_available(name: str) -> bool:
+    """True if the XLA flag ``name`` is compiled into jaxlib and every installed XLA PJRT plugin."""
+    bins = _xla_binaries()
+    key = _flag_name(name).encode()
+    return bool(bins) and all(_contains(b, key) for b in bins)
+
+
+# ============================================================================================== streams
+SHARED_EXPERT_STREAM = 1
+DISPATCH_STREAM = 2
+_local = threading.local()
+_warned: set = set()
+
+
+def _warn_once(key: str, msg: str):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, stacklevel=3)
+
+
+def _compute_on_impl():
+    """The function form of compute_on: ``compute_on2`` (JAX 0.10) or ``compute_on`` (JAX >= 0.11); else None."""
+    try:
+        from jax.experimental import compute_on as mod
+    except ImportError:
+        return None
+    for fn in (getattr(mod, "compute_on2", None), getattr(mod, "compute_on", None)):
+        if fn is not None and "out_memory_spaces" in inspect.signature(fn).parameters:
+            return fn
+    return None
+
+
+def streams_supported() -> bool:
+    """Whether ``on_stream`` can annotate streams with the installed JAX."""
+    return _compute_on_impl() is not None
+
+
+def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
+    """Wraps ``fn`` so its ops run on GPU stream ``stream_id`` (see the module docstring)."""
+    if not isinstance(stream_id, (int, np.integer)) or isinstance(stream_id, bool) or stream_id < 1:
+        raise ValueError(f"on_stream: stream_id must be an int >= 1 (0 is the main stream), got {stream_id!r}")
+    impl = _compute_on_impl()
+    if impl is None:
+        _warn_once("on_stream", f"jax_moe_ffi.runtime.on_stream: JAX {jax.__version__} has no function-form "
+                                "compute_on; stream placement is a no-op")
+        return fn
+
+    def body(args, kwargs):
+        _local.depth = getattr(_local, "depth", 0) + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _local.depth -= 1
+
+    placed = impl(body, compute_type=f"gpu_stream:{int(stream_id)}", out_memory_spaces=jax.memory.Space.Device)
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if getattr(_local, "depth", 0):  # already inside on_stream: JAX forbids nesting, keep the outer stream
+            return fn(*args, **kwargs)
+        return placed(args, kwargs)
+
+    return wrapped
+
+
+# ========================================================================================= host offload
+PREFIX = "jax_moe_ffi/"
+OFFLOAD_NAMES = ("moe_dispatched_rows", "moe_expert_hidden", "moe_expert_out")
+
+
+def _full(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"checkpoint names must be non-empty strings, got {name!r}")
+    return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def _names(names) -> list[str]:
+    return [_full(names)] if isinstance(names, str) else [_full(n) for n in names]
+
+
+def tag(x, name: str):
+    """``checkpoint_name(x, "jax_moe_ffi/" + name)``: marks ``x`` (array or pytree) for a remat policy."""
+    return checkpoint_name(x, _full(name))
+
+
+def offload_policy(names=OFFLOAD_NAMES, *, save=(), others: str = "recompute"):
+    """``jax.checkpoint`` policy: tagged ``names`` are offloaded device -> pinned_host, ``save`` names stay on
+    the device; every other residual is recomputed (``others="recompute"``) or kept (``others="save"``)."""
+    base = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=_names(save), names_which_can_be_offloaded=_names(names),
+        offload_src="device", offload_dst="pinned_host")
+    if others == "recompute":
+        return base
+    if others != "save":
+        raise ValueError(f"offload_policy: others must be 'recompute' or 'save', got {others!r}")
+    recompute = base(None)  # the upstream policy's "recompute" answer for an unnamed primitive
+
+    def policy(prim, *args, **params):
+        out = base(prim, *args, **params)
+        return True if out is recompute else out
+    return policy
+
+
+def remat_with_offload(fn, names=OFFLOAD_NAMES, **policy_kw):
+    """``jax.checkpoint(fn, policy=offload_policy(names, **policy_kw))``, e.g. for a scanned layer body."""
+    return jax.checkpoint(fn, policy=offload_policy(names, **policy_kw))
+
+
+# ====================================================================================== measurement
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+def memory_report(fn, *args, **kwargs) -> dict:
+    """Compiled memory analysis of ``jax.jit(fn)`` on ``args``: the ``*_bytes`` fields, ``peak_bytes``.
+
+    ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` where the backend reports it, else
+    argument + output + temp - alias (``peak_source`` says which).
+    """
+    stats = jax.jit(fn).lower(*args, **kwargs).compile().memory_analysis()
+    if stats is None:
+        return {}
+    fields = {k: getattr(stats, k) for k in dir(stats) if not k.startswith("_")}
+    out = {k.replace("_size_in_bytes", "_bytes").replace("_in_bytes", "_bytes"): int(v)
+           for k, v in fields.items() if isinstance(v, (int, np.integer))}
+    peak = out.get("peak_memory_bytes", 0)
+    if peak > 0:
+        out.update(peak_bytes=peak, peak_source="peak_memory_in_bytes")
+    else:
+        est = out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"] - out.get("alias_bytes", 0)
+        out.update(peak_bytes=est, peak_source="argument+output+temp-alias")
+    return out
+
+
+def offloaded_bytes(fn, *args) -> int:
+    """Bytes of ``fn``'s backward residuals that live in host memory (what the offload policy moved)."""
+    jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(fn, *a)[1])(*args)
+    host = jax.memory.Space.Host
+    return sum(_nbytes(a) for a in jaxpr.out_avals if getattr(a, "memory_space", None) == host)
+
+
+def device_peak_bytes(device=None) -> int | None:
+    """``peak_bytes_in_use`` from ``Device.memory_stats()`` (None where the backend has no stats, e.g. CPU)."""
+    stats = (device or jax.local_devices()[0]).memory_stats()
+    return None if not stats else stats.get("peak_bytes_in_use")
+
+
+def lowered_text(fn, *args, platform: str | None = None) -> str:
+    """StableHLO of ``jax.jit(fn)`` on ``args``, lowered for ``platform`` ("cuda", "cpu"; default: this one)."""
+    traced = jax.jit(fn).trace(*args)
+    return traced.lower(lowering_platforms=(platform,) if platform else None).as_text()

@@ -1,0 +1,265 @@
+"""jax_moe_ffi.runtime: XLA flags checked against the installed jaxlib, stream annotation, host offload of
+MoE activations (inside a scan over layers), memory reports. CPU only; fresh random inputs every run."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import pytest
+
+import jax_moe_ffi as jmf
+from jax_moe_ffi import models
+from jax_moe_ffi import runtime as rt
+
+ALL_OPTIONS = dict(latency_hiding=True, multistream=True, collective_pipelining=True, loop_double_buffering=True,
+                   pipelined_host_offload=True, command_buffer="FUSION,CUSTOM_CALL")
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape and np.all(np.isfinite(a))
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+
+
+def tree_rel_err(a, b):
+    return max(rel_err(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def key():
+    return jax.random.key(np.random.SeedSequence().entropy % (2**31))
+
+
+# ---------------------------------------------------------------------------------------------- flags
+def _jaxlib_binary_names():
+    """Identifiers `xla_...` found in the installed jaxlib's shared objects (this test's own scan)."""
+    found = set()
+    for path in glob.glob(os.path.join(os.path.dirname(jaxlib.__file__), "**", "*.so*"), recursive=True):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        # names may sit in concatenated string tables: split at every "xla_" start
+        for m in re.finditer(rb"xla_[a-z0-9_]+", data):
+            found.update(b"xla_" + p for p in m.group().split(b"xla_") if p)
+    return found
+
+
+def test_every_flag_is_in_the_installed_jaxlib():
+    flags = rt.xla_flags(**ALL_OPTIONS, strict=True)
+    names = [f[2:].split("=", 1)[0].encode() for f in flags]
+    assert b"xla_gpu_enable_latency_hiding_scheduler" in names and len(names) == 9
+    assert all(f.startswith("--") and "=" in f for f in flags)
+    known = _jaxlib_binary_names()
+    assert b"xla_dump_to" in known  # the scan itself works
+    stale = [n for n in names if n not in known]
+    assert not stale, f"flags not in jaxlib {jaxlib.__version__}: {stale}"
+    # the checker rejects names that are not flags, including truncated real ones
+    for bogus in ("xla_gpu_enable_latency_hiding", "xla_gpu_enable_command", "xla_gpu_no_such_flag"):
+        assert not rt.flag_available(bogus) and bogus.encode() not in known
+
+
+def test_stale_flags_dropped_or_raised():
+    with pytest.warns(UserWarning, match="xla_gpu_no_such_flag"):
+        flags = rt.xla_flags(extra={"xla_gpu_no_such_flag": True, "xla_gpu_enable_while_loop_double_buffering": True})
+    assert "--xla_gpu_enable_while_loop_double_buffering=true" in flags
+    assert not any("no_such" in f for f in flags)
+    with pytest.raises(ValueError, match="xla_gpu_no_such_flag"):
+        rt.xla_flags(extra={"--xla_gpu_no_such_flag": 1}, strict=True)
+    assert rt.xla_flags(latency_hiding=False, multistream=False, collective_pipelining=False) == []
+
+
+_CHILD = """
+import json, os, sys
+from jax_moe_ffi import runtime as rt
+added = rt.apply_xla_flags(**json.loads(sys.argv[1]))
+again = rt.apply_xla_flags(**json.loads(sys.argv[1]))
+import jax, jax.numpy as jnp
+y = float(jax.jit(lambda x: jnp.sum(x * x))(jnp.arange(4.0)))   # XLA parses XLA_FLAGS here; dies on unknown ones
+print(json.dumps({"added": added, "again": again, "env": os.environ["XLA_FLAGS"], "y": y}))
+"""
+
+
+def test_apply_xla_flags_in_fresh_process():
+    env = dict(os.environ, XLA_FLAGS="--xla_gpu_enable_latency_hiding_scheduler=false --xla_dump_hlo_as_text",
+               JAX_PLATFORMS="cpu")
+    opts = {k: v for k, v in ALL_OPTIONS.items()}
+    p = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(opts)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["y"] == 14.0 and out["again"] == []
+    tokens = out["env"].split()
+    names = [t.lstrip("-").split("=")[0] for t in tokens]
+    assert len(names) == len(set(names)), tokens  # no duplicates
+    assert "--xla_gpu_enable_latency_hiding_scheduler=false" in tokens  # the user's value wins
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" not in out["added"]
+    assert "--xla_gpu_experimental_stream_annotation=true" in tokens and len(out["added"]) == 8
+
+
+def test_apply_xla_flags_after_backend_start_raises(monkeypatch):
+    jax.devices()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_hlo_as_text")
+    assert rt.backend_initialized()
+    with pytest.raises(RuntimeError, match="already initialised"):
+        rt.apply_xla_flags()
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text"
+
+
+# -------------------------------------------------------------------------------------------- streams
+def shared_expert(x, w_up, w_down):
+    return jax.nn.silu(x @ w_up) @ w_down
+
+
+def test_on_stream_annotation_and_numerics():
+    assert rt.streams_supported()  # JAX 0.10 (compute_on2) and 0.11 (compute_on) both have it
+    k1, k2, k3 = jax.random.split(key(), 3)
+    x, wu, wd = (jax.random.normal(k1, (16, 32)), jax.random.normal(k2, (32, 64)) / 6,
+                 jax.random.normal(k3, (64, 32)) / 8)
+    placed = rt.on_stream(shared_expert, 3)
+    text = rt.lowered_text(placed, x, wu, wd)
+    assert re.search(r'call @\w+\(.*_xla_stream_annotation = "3"', text), text
+    assert '_xla_stream_annotation = "3"' not in rt.lowered_text(shared_expert, x, wu, wd)
+    assert '_xla_stream_annotation = "3"' in rt.lowered_text(placed, x, wu, wd, platform="cuda")
+    compiled = jax.jit(placed).lower(x, wu, wd).compile().as_text()
+    assert '_xla_stream_annotation="3"' in compiled  # survives XLA's CPU pipeline too
+    assert rel_err(jax.jit(placed)(x, wu, wd), shared_expert(x, wu, wd)) < 1e-6
+
+    def loss(f):
+        return lambda *a: jnp.sum(jnp.tanh(f(*a)) * x)
+    g = jax.jit(jax.grad(loss(placed), argnums=(0, 1, 2)))
+    assert tree_rel_err(g(x, wu, wd), jax.grad(loss(shared_expert), argnums=(0, 1, 2))(x, wu, wd)) < 1e-5
+    assert '_xla_stream_annotation = "3"' in g.lower(x, wu, wd).as_text()  # the backward is placed too
+
+
+def test_on_stream_with_ffi_dispatch_and_nesting():
+    t, d, e, k = 24, 16, 4, 2
+    x = jax.random.normal(key(), (t, d))
+    ids = jax.random.randint(key(), (t, k), 0, e)
+    w = jax.random.uniform(key(), (t, k))
+
+    def roundtrip(x, ids, w):
+        rows, _, routing = jmf.moe_dispatch(x, ids, e)
+        return jmf.moe_combine(rows * 2.0, routing, w)
+    placed = rt.on_stream(roundtrip, rt.DISPATCH_STREAM)
+    text = rt.lowered_text(placed, x, ids, w)
+    assert '_xla_stream_annotation = "2"' in text and "jax_moe_ffi_dispatch" in text
+    want = 2.0 * jnp.sum(w, axis=1, keepdims=True) * x
+    assert rel_err(jax.jit(placed)(x, ids, w), want) < 1e-5
+    outer = rt.on_stream(lambda x, ids, w: placed(x, ids, w) + 1.0, 1)  # nested: runs on the outer stream
+    text = rt.lowered_text(outer, x, ids, w)
+    assert '_xla_stream_annotation = "1"' in text and '_xla_stream_annotation = "2"' not in text
+    assert rel_err(jax.jit(outer)(x, ids, w), want + 1.0) < 1e-5
+
+
+def test_on_stream_unsupported_is_noop_with_one_warning(monkeypatch):
+    monkeypatch.setattr(rt, "_compute_on_impl", lambda: None)
+    monkeypatch.setattr(rt, "_warned", set())
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        fns = [rt.on_stream(shared_expert, 1), rt.on_stream(jnp.sin, 2)]
+    assert fns == [shared_expert, jnp.sin]
+    assert len([r for r in rec if "no-op" in str(r.message)]) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, "1", 1.0, True])
+def test_on_stream_rejects_bad_ids(bad):
+    with pytest.raises(ValueError, match="stream_id"):
+        rt.on_stream(jnp.sin, bad)
+
+
+# ---------------------------------------------------------------------------------------- host offload
+T, D, F, E, K, L = 32, 16, 24, 4, 2, 2
+
+
+def moe_layer(p, x):
+    """Dropless MoE on the package ops, MoE intermediates tagged for offload; residual connection."""
+    weights, experts, _ = models._router(p, x, K)
+    rows, sizes, routing = jmf.moe_dispatch(x, experts, E)
+    rows = rt.tag(rows, "moe_dispatched_rows")
+    h = jax.nn.silu(jmf.grouped_matmul(rows, p["w_gate"], sizes)) * jmf.grouped_matmul(rows, p["w_up"], sizes)
+    h = rt.tag(h, "moe_expert_hidden")
+    y = rt.tag(jmf.grouped_matmul(h, p["w_down"], sizes), "moe_expert_out")
+    return x + jmf.moe_combine(y, routing, weights)
+
+
+def make_model(layer):
+    def model(stacked, x):
+        y, _ = jax.lax.scan(lambda c, p: (layer(p, c), None), x, stacked)
+        return jnp.sum(jnp.sin(y) * y)
+    return model
+
+
+@pytest.fixture(scope="module")
+def moe_inputs():
+    ks = jax.random.split(key(), L + 1)
+    layers = [models.init_moe_params(k, D, F, E) for k in ks[:L]]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+    return stacked, jax.random.normal(ks[L], (T, D)), layers
+
+
+def test_offload_model_forward_matches_dense_reference(moe_inputs):
+    stacked, x, layers = moe_inputs
+    want = x
+    for p in layers:
+        want = want + models.dense_moe(p, want, K)
+    got = jax.lax.scan(lambda c, p: (rt.remat_with_offload(moe_layer)(p, c), None), x, stacked)[0]
+    assert rel_err(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("others", ["recompute", "save"])
+def test_offload_gradients_equal_and_residuals_on_host(moe_inputs, others):
+    stacked, x, _ = moe_inputs
+    plain = make_model(moe_layer)
+    off = make_model(rt.remat_with_offload(moe_layer, others=others))
+    g_plain = jax.jit(jax.grad(plain, argnums=(0, 1)))(stacked, x)
+    g_off = jax.jit(jax.grad(off, argnums=(0, 1)))(stacked, x)
+    assert tree_rel_err(g_off, g_plain) < 1e-5
+    # what moved: per layer rows[R,D], hidden[R,F], expert out[R,D] in float32, stacked over L layers
+    r = T * K
+    assert rt.offloaded_bytes(off, stacked, x) == L * r * (D + F + D) * 4
+    assert rt.offloaded_bytes(plain, stacked, x) == 0
+    only_hidden = make_model(rt.remat_with_offload(moe_layer, ["moe_expert_hidden"], others=others))
+    assert rt.offloaded_bytes(only_hidden, stacked, x) == L * r * F * 4
+
+
+def test_offload_annotations_in_hlo(moe_inputs):
+    stacked, x, _ = moe_inputs
+    grad = jax.grad(make_model(rt.remat_with_offload(moe_layer)))
+    jaxpr = str(jax.make_jaxpr(grad)(stacked, x))
+    assert "jax_moe_ffi/moe_expert_hidden" in jaxpr and "<host>" in jaxpr
+    # JAX lowers the memory-space move to nothing on CPU; the GPU lowering (made here) carries it
+    cuda = rt.lowered_text(grad, stacked, x, platform="cuda")
+    to_host = cuda.count('_xla_buffer_placement = "pinned_host"')
+    assert to_host >= 3 and "annotate_device_placement" in cuda
+    plain = rt.lowered_text(jax.grad(make_model(jax.checkpoint(moe_layer))), stacked, x, platform="cuda")
+    assert "pinned_host" not in plain
+
+
+def test_offload_policy_names_and_errors():
+    pol = rt.offload_policy("moe_expert_hidden")
+    assert pol is not None and rt.offload_policy(("jax_moe_ffi/moe_expert_hidden",)) is not None
+    with pytest.raises(ValueError, match="others"):
+        rt.offload_policy(others="sometimes")
+    with pytest.raises(ValueError):  # a name both saved and offloaded
+        rt.offload_policy(["moe_expert_hidden"], save=["jax_moe_ffi/moe_expert_hidden"])
+    x = jax.random.normal(key(), (5, 3))
+    assert rt.tag(x, "moe_dispatched_rows") is x or np.array_equal(rt.tag(x, "moe_dispatched_rows"), x)
+
+
+# ------------------------------------------------------------------------------------------- memory
+def test_memory_report_counts_arguments_and_outputs():
+    m, n = np.random.randint(8, 64, size=2)
+    a, b = jax.random.normal(key(), (m, n)), jax.random.normal(key(), (n, m))
+    rep = rt.memory_report(lambda a, b: (a @ b, jnp.tanh(a)), a, b)
+    assert rep["argument_bytes"] == 2 * m * n * 4
+    out = (m * m + m * n) * 4
+    assert out <= rep["output_bytes"] <= out + 64  # CPU adds the output tuple's pointer table
+    assert rep["peak_bytes"] >= rep["argument_bytes"] + rep["output_bytes"] - rep["alias_bytes"]
+    assert {"temp_bytes", "host_temp_bytes", "peak_source"} <= rep.keys()
+    peak = rt.device_peak_bytes()
+    assert peak is None or peak >= 0
