@@ -325,7 +325,8 @@ def test_options_and_signature():
     seed = _seed()
     p, x = _inputs(seed)
     r = explain(M.dense_moe, p, x, offload="host", streams=True)
-    assert r.offload == "host" and any("later issue" in n for n in r.notes)
+    assert r.offload == "host" and any("offload_policy" in n for n in r.notes)
+    assert any("stream annotation" in n for n in r.notes)
     traced = []
 
     def fn(params, inputs, *, top_k=2):

@@ -59,7 +59,7 @@ class _Entry:
         self.cacheable = cacheable
 
 
-def _trace(fn, args, kwargs, mode):
+def _trace(fn, args, kwargs, mode, options=None):
     leaves, treedef = jax.tree.flatten((args, kwargs))
     dyn = [i for i, x in enumerate(leaves) if _is_array(x)]
 
@@ -77,7 +77,7 @@ def _trace(fn, args, kwargs, mode):
         specs.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False)))
     closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
     prog = program_from_closed(closed)
-    plan = Plan(prog, mode)
+    plan = Plan(prog, mode, options=options)
     cacheable = not any(isinstance(c, jax.core.Tracer) for c in closed.consts)
     return _Entry(plan, jax.tree.structure(out_shape), cacheable), leaves, treedef, dyn
 
@@ -111,7 +111,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         key = _key(args, kwargs)
         entry = cache.get(key)
         if entry is None:
-            entry, _, _, _ = _trace(fn, args, kwargs, mode)
+            entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload})
             if entry.cacheable:
                 cache[key] = entry
         if not entry.plan.has_sites():
@@ -128,6 +128,11 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         return jax.tree.unflatten(entry.out_tree, outs)
 
     wrapped.jax_moe_ffi_options = {"mode": mode, "recipe": recipe, "offload": offload, "streams": streams}
+    if offload:
+        from jax_moe_ffi import runtime
+        # the remat policy that moves the tagged MoE intermediates to pinned host memory: use it as
+        # jax.checkpoint(layer, policy=fast.offload_policy) (e.g. on a scanned layer body)
+        wrapped.offload_policy = runtime.offload_policy(runtime.OFFLOAD_NAMES)
     wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, offload=offload, streams=streams, **kw)
     return wrapped
 
@@ -154,9 +159,12 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                          path=m.get("path", ""), at=m.get("at")) for m in plan.all_misses()]
     notes = []
     if offload not in (None, False):
-        notes.append(f"offload={offload!r} recorded; host offload of MoE activations is a later issue (no-op)")
+        notes.append(f"offload={offload!r}: dispatched rows and expert outputs are tagged "
+                     "(jax_moe_ffi/moe_dispatched_rows, jax_moe_ffi/moe_expert_out); wrap the layer in "
+                     "jax.checkpoint(policy=optimize(...).offload_policy) to move them to pinned host memory")
     if streams:
-        notes.append("streams=True recorded; multistream annotations are a later issue (no-op)")
+        notes.append("streams=True: combine runs under a GPU stream annotation (runtime.on_stream, stream "
+                     f"{2}); XLA acts on it with runtime.apply_xla_flags() (not measured on a GPU yet)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
 

@@ -422,8 +422,26 @@ def _gather_rest(x, lab):
 
 
 # ------------------------------------------------------------------------------------------ emit
-def emit_site(site, prog, read, facts, mode="exact", read_stacked=None):
+def _placed(fn, options):
+    """fn on the dispatch/combine stream when optimize(streams=True) (runtime.on_stream; a no-op, said once,
+    where JAX cannot annotate streams). XLA acts on the annotation only with the runtime's XLA flags."""
+    if not options.get("streams"):
+        return fn
+    from jax_moe_ffi import runtime
+    return runtime.on_stream(fn, runtime.DISPATCH_STREAM)
+
+
+def _tagged(x, name, options):
+    """Checkpoint-name tag for host offload (optimize(offload=...)); runtime.offload_policy() offloads it."""
+    if x is None or not options.get("offload"):
+        return x
+    from jax_moe_ffi import runtime
+    return runtime.tag(x, name)
+
+
+def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=None):
     """The value of site.out computed by dispatch -> grouped GEMMs -> combine."""
+    options = options or {}
     I = read(site.I)
     b, j = site.b_axes, site.j_axis
     tshape = site.token_shape
@@ -473,6 +491,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None):
         oth = [a for a in range(xv.ndim) if lab[a] is None]
         x2d = jnp.transpose(xv, tax + oth).reshape(t, -1)
     rows_x, routing = route(ids, ne, keep=keep, x=x2d)
+    rows_x = _tagged(rows_x, "moe_dispatched_rows", options)
     rp = routing.row_pair
     n = rp.shape[0]
     rc = coords_for(jnp.maximum(rp, 0))
@@ -490,6 +509,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None):
             rows = jnp.transpose(rows, [0] + [1 + i for i in site.gather_perm])
     else:
         rows = re.root_rows()
+    rows = _tagged(rows, "moe_expert_out", options)
     out = site.out
     oshape = tuple(rows.shape[1:])
     olab = site.out_labels
@@ -502,7 +522,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None):
         y = jnp.where((pos >= 0).reshape((t, k) + (1,) * len(oshape)), wk * g, 0.0).astype(rows.dtype)
         y = y.reshape(tshape + (k,) + oshape)
     else:
-        y = combine(rows.reshape(n, -1), routing, w)
+        y = _placed(lambda r, w: combine(r, routing, w), options)(rows.reshape(n, -1), w)
         y = y.reshape(tshape + oshape)
     src = []
     u = 0

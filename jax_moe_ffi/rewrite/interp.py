@@ -19,10 +19,11 @@ from jax_moe_ffi.rewrite.match import Analyzer
 
 
 class Plan:
-    def __init__(self, prog, mode, path=""):
+    def __init__(self, prog, mode, path="", options=None):
         self.prog = prog
         self.mode = mode
         self.path = path
+        self.options = dict(options or {})  # streams / offload, read by emit
         self.facts = Facts(prog)
         an = Analyzer(prog, self.facts, mode)
         self.sites, self.misses = an.run()
@@ -34,7 +35,7 @@ class Plan:
         for e in prog.flat:
             if e.subs and e.kind in ("scan", "remat", "cond", "while"):
                 self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
-                                         f"{path}{e.kind}/") for i, sp in enumerate(e.subs)]
+                                         f"{path}{e.kind}/", self.options) for i, sp in enumerate(e.subs)]
         self.expanded = set()
         self.site_at = {}
         for s in list(self.sites):
@@ -153,7 +154,7 @@ def run(plan, args):
         s = plan.site_at.get(node)
         if s is not None:
             read_stacked = _stacked_reader(s, read)
-            env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked)
+            env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked, plan.options)
             continue
         vals = [read(x) for x in node.ins]
         subs = plan.subplans.get(node)
