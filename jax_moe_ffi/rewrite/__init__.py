@@ -98,8 +98,10 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
     mode: "exact" reproduces `fn` (capacity drops and priority order included, within dtype rounding);
       "dropless" ignores expert capacity (every selected pair is computed; the report says so).
     recipe: FP8 grouped GEMMs -- not implemented yet, only None.
-    offload: host offload of MoE activations -- recorded in the report, a no-op until a later issue.
-    streams: multistream annotations -- recorded in the report, a no-op until a later issue.
+    offload: tag the dispatched rows and expert outputs for host offload; the returned function carries
+      `.offload_policy` (runtime.offload_policy) to use as `jax.checkpoint(layer, policy=...)`.
+    streams: run the combine under a GPU stream annotation (runtime.on_stream); XLA honours it with
+      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts.
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     _check_opts(mode, recipe, offload, streams)
