@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,dispatch,moe,quantize>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,dispatch,moe,quantize,runtime,train>" [bench args]
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -54,5 +54,15 @@ if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
   timeout 300 python3 benchmarks/quantize.py 2>&1 | tee "$OUT/quantize.log" | tail -20
   cp benchmarks/results/quantize_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",runtime,"* ]]; then
+  log "benchmark streams/offload"
+  timeout 400 python3 benchmarks/runtime.py 2>&1 | tee "$OUT/runtime.log" | tail -10
+  cp benchmarks/results/runtime_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",train,"* ]]; then
+  log "benchmark training step"
+  timeout 500 python3 benchmarks/train_step.py 2>&1 | tee "$OUT/train_step.log" | tail -15
+  cp benchmarks/results/train_step_h200.* "$OUT/" 2>/dev/null
 fi
 log done

@@ -1,0 +1,87 @@
+"""Multistreaming and host offload, measured: a multi-layer MoE decoder (`lax.scan` over layers, shared
+expert) through `optimize`, as `ours` (plain), `ours_streams` (streams=True with runtime.apply_xla_flags),
+and `ours_offload` (offload tags + the pinned-host remat policy on the scanned layer), forward+backward.
+Rows carry ms, peak_bytes (compiled memory analysis) and offloaded_bytes.
+
+  python benchmarks/runtime.py                 # GPU (deepseek-v3-ep8-local layer shape, 4 layers, bf16)
+  python benchmarks/runtime.py --cpu-scale 32  # CPU smoke run
+
+Writes benchmarks/results/runtime_<machine>.{json,md}. XLA flags must be set before the backend starts,
+so this script applies them first (recorded in the JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backend)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu-scale", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--case", default="deepseek-v3-ep8-local")
+    args = ap.parse_args(argv)
+    flags = runtime.apply_xla_flags() if not args.cpu_scale else []
+
+    import jax
+    import jax.numpy as jnp
+
+    import jax_moe_ffi as jmf
+    from jax_moe_ffi import models
+
+    case = next(c for c in _common.load_shapes()["moe_layers"] if c["name"] == args.case)
+    t, d, f, e, k = case["tokens"], case["hidden"], case["moe_intermediate"], case["experts"], case["top_k"]
+    if args.cpu_scale:
+        t, d, f = t // args.cpu_scale, d // args.cpu_scale, f // args.cpu_scale
+    dtype = jnp.float32 if args.cpu_scale else jnp.bfloat16
+    keys = jax.random.split(jax.random.PRNGKey(0), args.layers + 1)
+
+    def layer_params(key):
+        p = models.init_moe_params(key, d, f, e, dtype)
+        k1, k2 = jax.random.split(key)
+        p["shared_up"] = (jax.random.normal(k1, (d, f), jnp.float32) / d ** 0.5).astype(dtype)
+        p["shared_down"] = (jax.random.normal(k2, (f, d), jnp.float32) / f ** 0.5).astype(dtype)
+        return p
+
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[layer_params(kk) for kk in keys[:-1]])
+    x = jax.random.normal(keys[-1], (t, d), dtype)
+
+    def block(h, p):
+        return h + models.shared_expert_moe(p, h, k), None
+
+    def variant(streams, offload):
+        fast_block = jmf.optimize(block, streams=streams, offload=offload)
+        body = jax.checkpoint(fast_block, policy=fast_block.offload_policy) if offload else jax.checkpoint(fast_block)
+
+        def loss(ps, x):
+            return jnp.sum(jax.lax.scan(body, x, ps)[0].astype(jnp.float32) ** 2)
+        return loss
+
+    rows = []
+    for name, streams, offload in (("ours", False, None), ("ours_streams", True, None),
+                                   ("ours_offload", False, "pinned_host")):
+        loss = variant(streams, offload)
+        step = jax.jit(jax.value_and_grad(loss, (0, 1)))
+        ms = _common.time_ms(step, stacked, x)
+        mem = runtime.memory_report(jax.value_and_grad(loss, (0, 1)), stacked, x)
+        off = runtime.offloaded_bytes(loss, stacked, x)
+        rows.append({"case": args.case, "impl": name, "pass": "fwd_bwd", "groups": "routed", "ms": ms,
+                     "peak_bytes": mem.get("peak_bytes"), "peak_source": mem.get("peak_source"),
+                     "offloaded_bytes": off, "device_peak_bytes": runtime.device_peak_bytes()})
+        print(f"{name:>14}: {ms:9.3f} ms  peak {mem.get('peak_bytes')} B  offloaded {off} B", flush=True)
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/runtime.py"] + argv)
+    meta["xla_flags"] = flags
+    meta["layers"] = args.layers
+    path = _common.write_results(f"runtime_{_common.machine_tag()}", meta, rows, "ms",
+                                 "Streams and host offload (fwd+bwd ms)")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
