@@ -15,6 +15,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiDispatchPlanCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiDispatchCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineBwdCpu);
+// cpu/quantize.cc
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu);
 
 namespace {
 
@@ -31,6 +34,8 @@ nb::dict targets() {
   d["jax_moe_ffi_dispatch"] = encapsulate(JaxMoeFfiDispatchCpu);
   d["jax_moe_ffi_combine"] = encapsulate(JaxMoeFfiCombineCpu);
   d["jax_moe_ffi_combine_bwd"] = encapsulate(JaxMoeFfiCombineBwdCpu);
+  d["jax_moe_ffi_quantize_mxfp8"] = encapsulate(JaxMoeFfiQuantizeMxfp8Cpu);
+  d["jax_moe_ffi_quantize_blockwise"] = encapsulate(JaxMoeFfiQuantizeBlockwiseCpu);
   return d;
 }
 

@@ -22,6 +22,8 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_dispatch": "JaxMoeFfiDispatchCuda",
     "jax_moe_ffi_combine": "JaxMoeFfiCombineCuda",
     "jax_moe_ffi_combine_bwd": "JaxMoeFfiCombineBwdCuda",
+    "jax_moe_ffi_quantize_mxfp8": "JaxMoeFfiQuantizeMxfp8Cuda",
+    "jax_moe_ffi_quantize_blockwise": "JaxMoeFfiQuantizeBlockwiseCuda",
 }
 
 cpu_targets: tuple[str, ...] = ()

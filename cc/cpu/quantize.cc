@@ -1,0 +1,318 @@
+// CPU FP8 quantisation (MXFP8 and DeepSeek-V3 blockwise) as typed XLA FFI handlers: the reference
+// implementation of the op family and what CI runs. Semantics: jax_moe_ffi/ops/quantize.py.
+//
+//   jax_moe_ffi_quantize_mxfp8     : x[..., C] f32|bf16|f16 -> data[..., C] f8e4m3fn|f8e5m2,
+//                                    scale[..., ceil(C/32)] u8 (E8M0: biased exponent, 127 = 2^0, 255 = NaN)
+//   jax_moe_ffi_quantize_blockwise : x[..., R, C] -> data (same shape, fp8), scale f32:
+//                                    block_rows = 1   : scale[..., R, ceil(C/block_cols)]
+//                                    block_rows = 128 : scale[..., ceil(R/128), ceil(C/128)]
+//                                    attrs block_rows (1|128), block_cols (128), pow2_scale (bool)
+//
+// The kernels quantise along the LAST axis (and, for 128x128 tiles, the last two); the Python wrapper
+// moves any other axis there. The FP8 element type comes from the `data` buffer's dtype.
+//
+// Bit-exactness with cuda/quantize.cu: block maxima are integer maxima of |x| bit patterns, scale
+// exponents are read from those bits, and every FP8 encoding goes through fp8::encode_* in
+// common/dtypes.h (integer RNE + saturation). The one float operation, the blockwise quotient x / s
+// of the non-power-of-two recipe, is an IEEE float32 division in both (CUDA: __fdiv_rn); here it runs
+// with FTZ/DAZ cleared for the duration of the call (XLA:CPU executes with both set) so subnormal
+// inputs divide exactly as on the GPU.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#include "common/dtypes.h"
+#include "common/ffi_helpers.h"
+
+namespace jax_moe_ffi {
+namespace {
+
+constexpr int64_t kMxBlock = 32;
+constexpr uint8_t kE8M0NaN = 0xff;
+constexpr uint32_t kF32NaNBits = 0x7fc00000u;
+constexpr uint32_t kF32OneBits = 0x3f800000u;
+constexpr uint32_t kF32MinNormalBits = 0x00800000u;  // 2^-126: the smallest blockwise scale
+
+// IEEE denormal handling for the scope of a handler (restores the caller's mode on exit).
+class ScopedIeeeDenormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  ScopedIeeeDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }  // FTZ (15), DAZ (6)
+  ~ScopedIeeeDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#elif defined(__aarch64__)
+  ScopedIeeeDenormals() {
+    asm volatile("mrs %0, fpcr" : "=r"(saved_));
+    uint64_t v = saved_ & ~(uint64_t{1} << 24);  // FZ
+    asm volatile("msr fpcr, %0" : : "r"(v));
+  }
+  ~ScopedIeeeDenormals() { asm volatile("msr fpcr, %0" : : "r"(saved_)); }
+
+ private:
+  uint64_t saved_;
+#else
+  ScopedIeeeDenormals() {}
+#endif
+};
+
+bool is_float_type(ffi::DataType t) {
+  return t == ffi::DataType::F32 || t == ffi::DataType::BF16 || t == ffi::DataType::F16;
+}
+bool is_fp8_type(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Converts n elements starting at element `offset` of a float-like buffer to float32 bit patterns.
+void load_bits(ffi::DataType type, const void* data, int64_t offset, int64_t n, uint32_t* dst) {
+  switch (type) {
+    case ffi::DataType::F32:
+      std::memcpy(dst, static_cast<const uint32_t*>(data) + offset, n * sizeof(uint32_t));
+      break;
+    case ffi::DataType::BF16: {
+      const uint16_t* src = static_cast<const uint16_t*>(data) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint32_t>(src[i]) << 16;
+      break;
+    }
+    default: {
+      const uint16_t* src = static_cast<const uint16_t*>(data) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp8::f16_bits_to_f32_bits(src[i]);
+    }
+  }
+}
+
+// max |x| as a bit pattern: NaN (> 0x7f800000) dominates, then Inf (== 0x7f800000), then magnitude.
+uint32_t amax_bits(const uint32_t* x, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = x[i] & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// ------------------------------------------------------------------------------------------ MXFP8
+// One block of n <= 32 elements (a partial last block is padded with zeros, which never change amax).
+template <typename F>
+void mx_block(const uint32_t* x, int64_t n, uint8_t* out, uint8_t* scale) {
+  const uint32_t amax = amax_bits(x, n);
+  if (amax >= 0x7f800000u) {  // NaN or Inf in the block: NaN scale and NaN elements
+    *scale = kE8M0NaN;
+    std::memset(out, fp8::kNaNCode, n);
+    return;
+  }
+  int32_t se = -127;  // all-zero block: the smallest scale, 2^-127
+  if (amax != 0) {
+    se = fp8::f32_floor_log2(amax) - F::kEmax;
+    se = se < -127 ? -127 : (se > 127 ? 127 : se);
+  }
+  *scale = static_cast<uint8_t>(se + 127);
+  for (int64_t i = 0; i < n; ++i) out[i] = fp8::encode_f32_bits<F>(x[i], -se);
+}
+
+template <typename F>
+void mx_all(ffi::DataType type, const void* x, int64_t rows, int64_t cols, uint8_t* data, uint8_t* scale) {
+  const int64_t nb = cdiv(cols, kMxBlock);
+  std::vector<uint32_t> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_bits(type, x, r * cols, cols, row.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * kMxBlock;
+      const int64_t n = cols - c0 < kMxBlock ? cols - c0 : kMxBlock;
+      mx_block<F>(row.data() + c0, n, data + r * cols + c0, scale + r * nb + b);
+    }
+  }
+}
+
+ffi::Error QuantizeMxfp8Cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                            ffi::Result<ffi::Buffer<ffi::U8>> scale) {
+  auto xd = x.dimensions();
+  if (xd.size() < 1) return invalid("quantize_mxfp8: x must have rank >= 1");
+  if (!is_float_type(x.element_type()))
+    return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
+  if (!is_fp8_type(data->element_type()))
+    return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
+  auto dd = data->dimensions();
+  auto sd = scale->dimensions();
+  const int64_t cols = xd[xd.size() - 1];
+  bool ok = dd.size() == xd.size() && sd.size() == xd.size();
+  for (size_t i = 0; ok && i < xd.size(); ++i) {
+    ok = dd[i] == xd[i] && sd[i] == (i + 1 == xd.size() ? cdiv(cols, kMxBlock) : xd[i]);
+  }
+  if (!ok)
+    return invalid("quantize_mxfp8: x " + dims_str(xd) + " needs data of the same shape and scale with the last "
+                   "dimension ceil(C/32), got data " + dims_str(dd) + " and scale " + dims_str(sd));
+  const int64_t total = static_cast<int64_t>(x.element_count());
+  if (total == 0) return ffi::Error::Success();
+  const int64_t rows = total / cols;
+  auto* out = static_cast<uint8_t*>(data->untyped_data());
+  if (data->element_type() == ffi::DataType::F8E4M3FN)
+    mx_all<fp8::E4M3>(x.element_type(), x.untyped_data(), rows, cols, out, scale->typed_data());
+  else
+    mx_all<fp8::E5M2>(x.element_type(), x.untyped_data(), rows, cols, out, scale->typed_data());
+  return ffi::Error::Success();
+}
+
+// -------------------------------------------------------------------------------------- blockwise
+// Scale of one block and the per-element encoder. amax: max |x| bits over the block.
+struct BlockScale {
+  enum Kind { kNaN, kZero, kPow2, kDiv } kind;
+  uint32_t scale_bits;  // float32 scale written out
+  int32_t k;            // kPow2: scale = 2^k
+  float s;              // kDiv: scale as float
+};
+
+template <typename F>
+BlockScale block_scale(uint32_t amax, bool pow2) {
+  if (amax >= 0x7f800000u) return BlockScale{BlockScale::kNaN, kF32NaNBits, 0, 0.0f};
+  if (amax == 0) return BlockScale{BlockScale::kZero, kF32OneBits, 0, 1.0f};
+  if (pow2) {
+    const int32_t k = fp8::pow2_scale_exp<F>(amax);
+    return BlockScale{BlockScale::kPow2, static_cast<uint32_t>(k + 127) << 23, k, 0.0f};
+  }
+  constexpr float kMax = F::kEmax == 8 ? 448.0f : 57344.0f;
+  float s = bits_to_float(amax) / kMax;  // IEEE RNE (denormals honoured: ScopedIeeeDenormals)
+  uint32_t sb = float_to_bits(s);
+  if (sb < kF32MinNormalBits) sb = kF32MinNormalBits;  // never a subnormal (or zero) scale
+  return BlockScale{BlockScale::kDiv, sb, 0, bits_to_float(sb)};
+}
+
+template <typename F>
+inline uint8_t block_encode(const BlockScale& bs, uint32_t x) {
+  switch (bs.kind) {
+    case BlockScale::kNaN: return fp8::kNaNCode;
+    case BlockScale::kZero: return static_cast<uint8_t>((x >> 24) & 0x80u);  // +-0
+    case BlockScale::kPow2: return fp8::encode_f32_bits<F>(x, -bs.k);
+    default: return fp8::encode_f32_bits<F>(float_to_bits(bits_to_float(x) / bs.s), 0);
+  }
+}
+
+// 1 x block_cols blocks along the last axis.
+template <typename F>
+void blockwise_rows(ffi::DataType type, const void* x, int64_t rows, int64_t cols, int64_t bc, bool pow2,
+                    uint8_t* data, float* scale) {
+  const int64_t nb = cdiv(cols, bc);
+  std::vector<uint32_t> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_bits(type, x, r * cols, cols, row.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * bc;
+      const int64_t n = cols - c0 < bc ? cols - c0 : bc;
+      const BlockScale bs = block_scale<F>(amax_bits(row.data() + c0, n), pow2);
+      std::memcpy(scale + r * nb + b, &bs.scale_bits, 4);
+      uint8_t* out = data + r * cols + c0;
+      for (int64_t i = 0; i < n; ++i) out[i] = block_encode<F>(bs, row[c0 + i]);
+    }
+  }
+}
+
+// block_rows x block_cols tiles over the last two axes, leading axes are a batch.
+template <typename F>
+void blockwise_tiles(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int64_t cols, int64_t br,
+                     int64_t bc, bool pow2, uint8_t* data, float* scale) {
+  const int64_t nbr = cdiv(rows, br), nbc = cdiv(cols, bc);
+  std::vector<uint32_t> band(br * cols);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t tr = 0; tr < nbr; ++tr) {
+      const int64_t r0 = tr * br;
+      const int64_t nr = rows - r0 < br ? rows - r0 : br;
+      const int64_t base = (b * rows + r0) * cols;  // first element of the band
+      load_bits(type, x, base, nr * cols, band.data());
+      for (int64_t tc = 0; tc < nbc; ++tc) {
+        const int64_t c0 = tc * bc;
+        const int64_t n = cols - c0 < bc ? cols - c0 : bc;
+        uint32_t amax = 0;
+        for (int64_t i = 0; i < nr; ++i) {
+          const uint32_t m = amax_bits(band.data() + i * cols + c0, n);
+          amax = m > amax ? m : amax;
+        }
+        const BlockScale bs = block_scale<F>(amax, pow2);
+        std::memcpy(scale + (b * nbr + tr) * nbc + tc, &bs.scale_bits, 4);
+        for (int64_t i = 0; i < nr; ++i) {
+          uint8_t* out = data + base + i * cols + c0;
+          const uint32_t* in = band.data() + i * cols + c0;
+          for (int64_t j = 0; j < n; ++j) out[j] = block_encode<F>(bs, in[j]);
+        }
+      }
+    }
+  }
+}
+
+ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                ffi::Result<ffi::Buffer<ffi::F32>> scale, int64_t block_rows,
+                                int64_t block_cols, bool pow2_scale) {
+  auto xd = x.dimensions();
+  if (!is_float_type(x.element_type()))
+    return invalid("quantize_blockwise: x must be float32/bfloat16/float16");
+  if (!is_fp8_type(data->element_type()))
+    return invalid("quantize_blockwise: data must be float8_e4m3fn or float8_e5m2");
+  if (block_cols != 128 || (block_rows != 1 && block_rows != 128))
+    return invalid("quantize_blockwise: blocks must be 1x128 or 128x128, got " + std::to_string(block_rows) +
+                   "x" + std::to_string(block_cols));
+  const bool tiles = block_rows > 1;
+  const size_t rank = xd.size();
+  if (rank < (tiles ? 2u : 1u))
+    return invalid("quantize_blockwise: x must have rank >= " + std::string(tiles ? "2" : "1") + ", got " +
+                   dims_str(xd));
+  auto dd = data->dimensions();
+  auto sd = scale->dimensions();
+  const int64_t cols = xd[rank - 1];
+  bool ok = dd.size() == rank && sd.size() == rank;
+  for (size_t i = 0; ok && i < rank; ++i) {
+    int64_t want = xd[i];
+    if (i + 1 == rank) want = cdiv(cols, block_cols);
+    if (tiles && i + 2 == rank) want = cdiv(xd[i], block_rows);
+    ok = dd[i] == xd[i] && sd[i] == want;
+  }
+  if (!ok)
+    return invalid("quantize_blockwise: x " + dims_str(xd) + " with " + std::to_string(block_rows) + "x" +
+                   std::to_string(block_cols) + " blocks needs data of the same shape and a matching scale, got "
+                   "data " + dims_str(dd) + " and scale " + dims_str(sd));
+  const int64_t total = static_cast<int64_t>(x.element_count());
+  if (total == 0) return ffi::Error::Success();
+  ScopedIeeeDenormals ieee;
+  auto* out = static_cast<uint8_t*>(data->untyped_data());
+  float* sc = scale->typed_data();
+  const bool e4m3 = data->element_type() == ffi::DataType::F8E4M3FN;
+  if (tiles) {
+    const int64_t rows = xd[rank - 2];
+    const int64_t batch = total / (rows * cols);
+    if (e4m3)
+      blockwise_tiles<fp8::E4M3>(x.element_type(), x.untyped_data(), batch, rows, cols, block_rows, block_cols,
+                                 pow2_scale, out, sc);
+    else
+      blockwise_tiles<fp8::E5M2>(x.element_type(), x.untyped_data(), batch, rows, cols, block_rows, block_cols,
+                                 pow2_scale, out, sc);
+  } else {
+    const int64_t rows = total / cols;
+    if (e4m3)
+      blockwise_rows<fp8::E4M3>(x.element_type(), x.untyped_data(), rows, cols, block_cols, pow2_scale, out, sc);
+    else
+      blockwise_rows<fp8::E5M2>(x.element_type(), x.untyped_data(), rows, cols, block_cols, pow2_scale, out, sc);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jax_moe_ffi
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu, jax_moe_ffi::QuantizeMxfp8Cpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., C]
+                                  .Ret<xla::ffi::AnyBuffer>()               // data [..., C] fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::U8>>());  // scale [..., ceil(C/32)] E8M0
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu, jax_moe_ffi::QuantizeBlockwiseCpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., R, C]
+                                  .Ret<xla::ffi::AnyBuffer>()               // data, same shape, fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()   // scale
+                                  .Attr<int64_t>("block_rows")              // 1 | 128
+                                  .Attr<int64_t>("block_cols")              // 128
+                                  .Attr<bool>("pow2_scale"));
