@@ -8,6 +8,7 @@ _registry.register_all()
 
 from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmul_wgrad  # noqa: E402
 from jax_moe_ffi.ops.dispatch import MoeRouting, moe_combine, moe_dispatch  # noqa: E402
+from jax_moe_ffi.ops.ep import EpRouting, ep_combine, ep_dispatch  # noqa: E402
 from jax_moe_ffi.ops.quantize import (  # noqa: E402
     QuantizedArray, dequantize, from_swizzled_scales, quantize, to_swizzled_scales)
 from jax_moe_ffi import reference  # noqa: E402
@@ -18,5 +19,6 @@ from jax_moe_ffi.export import export_disabled_checks  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = ["grouped_matmul", "grouped_matmul_wgrad", "moe_dispatch", "moe_combine", "MoeRouting",
+           "ep_dispatch", "ep_combine", "EpRouting",
            "QuantizedArray", "quantize", "dequantize", "to_swizzled_scales", "from_swizzled_scales",
            "reference", "runtime", "export_disabled_checks", "optimize", "explain", "Report"]
