@@ -188,11 +188,19 @@ def _stacked_reader(site, read):
     return read_stacked
 
 
+def _scan_split(p, vals):
+    """(num_consts, num_carry) of a scan: explicit params up to jax 0.10, a flat-tree `ft_in` from 0.11."""
+    if "num_consts" in p:
+        return p["num_consts"], p["num_carry"]
+    consts, carry, _ = (list(t) for t in p["ft_in"].update(list(vals)).unpack())
+    return len(consts), len(carry)
+
+
 def _structured(e, subs, vals):
     p = e.params
     if e.kind == "scan":
         sp = subs[0]
-        nc, nk = p["num_consts"], p["num_carry"]
+        nc, nk = _scan_split(p, vals)
         consts, init, xs = vals[:nc], vals[nc:nc + nk], vals[nc + nk:]
 
         def body(carry, x):

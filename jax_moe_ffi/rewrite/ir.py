@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from jax._src import core as jcore
+from jax.extend import core as jcore  # public re-exports (jax._src.core moves between versions)
 
 INLINE_CALLS = ("jit", "pjit", "closed_call", "core_call")
 UNIT_CALLS = ("custom_jvp_call", "custom_vjp_call")
