@@ -375,7 +375,9 @@ class RowEval:
         W, P = plan["w"], plan["rows_from"]
         rp = self.full(self.rows(P), P)
         op = self.oth(P)
-        rp = jnp.transpose(rp, (0,) + tuple(1 + op.index(a) for a in plan["pc"]))
+        # contracted axes first, then any uncontracted size-1 axes of the rows (match._plan_dot allows them)
+        rest = [a for a in op if a not in plan["pc"]]
+        rp = jnp.transpose(rp, (0,) + tuple(1 + op.index(a) for a in list(plan["pc"]) + rest))
         lhs = rp.reshape(self.n, plan["K"])
         if plan["virtual"]:
             w = self.read_stacked(W)
@@ -399,7 +401,10 @@ class RowEval:
         out_dt = plan["out_dtype"]
         pet = jnp.float32 if out_dt == np.dtype(np.float32) and np.dtype(lhs.dtype) != out_dt else None
         r = grouped_matmul(lhs, rhs, self.gs, preferred_element_type=pet, transpose_rhs=tr)
-        return r.reshape((self.n,) + tuple(w.shape[a] for a in wf)).astype(e.outs[0].dtype)
+        shp = (self.n,) + tuple(w.shape[a] for a in wf)
+        if rest and e.outs[0] in self.site.labels:
+            shp = self.out_shape(e.outs[0])  # keeps the rows' size-1 free axes (no data) where the out has them
+        return r.reshape(shp).astype(e.outs[0].dtype)
 
     def root_rows(self):
         site = self.site
@@ -513,6 +518,12 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     out = site.out
     oshape = tuple(rows.shape[1:])
     olab = site.out_labels
+    ushape = tuple(out.shape[a] for a in range(out.ndim) if olab[a] is None)
+    if oshape != ushape and [d for d in oshape if d != 1] == [d for d in ushape if d != 1]:
+        # the rows differ from the out's unlabeled axes only in size-1 axes (no data: e.g. an N=1 axis batched
+        # or contracted by the root): lay them out as the out has them
+        rows = rows.reshape((n,) + ushape)
+        oshape = ushape
     nt = len(tshape)
     per_choice = any(L is not None and L[0] == "J" for L in olab)
     if per_choice:  # out[t, j] = w[t, j] * row of pair (t, j): a gather, no sum over choices
@@ -542,7 +553,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
 def _slot_at(S, roles, c):
     idx = []
     for r in roles:
-        idx.append(c["J"] if r == "J" else c["E"] if r == "E" else c[r])
+        idx.append(0 if r == "1" else c["J"] if r == "J" else c["E"] if r == "E" else c[r])  # "1": size-1 axis
     return S[tuple(idx)].astype(jnp.int32)
 
 

@@ -55,7 +55,7 @@ class Site:
     weights_operand: object = None  # root operand used as combine weights (peephole), or None
     rows_operand: object = None
     S: object = None            # capacity slot index array (family 1)
-    s_roles: tuple = ()         # per axis of S: ("T", i) | "J" | "E"
+    s_roles: tuple = ()         # per axis of S: ("T", i) | "J" | "E" | "1" (a size-1 axis, read at 0)
     C: int | None = None
     disp_eqn: object = None
     disp_operand: object = None
@@ -551,9 +551,14 @@ class Analyzer:
                        "expert-choice routing?)")
         # combine peephole: a root operand with no feature axes is the combine weight
         if site.root_kind == "dot":
+            (lc, rc), (lb, rb) = site.root.params["dimension_numbers"]
             for i in (0, 1):
                 x = site.root.ins[i]
-                if isinstance(x, Var) and not others(x, site.labels) and not self._has_gemm(site, x):
+                # unlabeled axes of extent 1 that the root contracts or batches (MaxText's inference-mode
+                # combine 'EBNCM,BNSEC -> BNSM' with N = 1) hold no feature data: still a combine weight
+                paired = set((lc, rc)[i]) | set((lb, rb)[i])
+                if isinstance(x, Var) and all(x.shape[a] == 1 and a in paired for a in others(x, site.labels)) \
+                        and not self._has_gemm(site, x):
                     site.weights_operand = x
                     site.rows_operand = site.root.ins[1 - i]
                     break
@@ -707,6 +712,10 @@ class Analyzer:
                 raise Miss("expert contraction with extra batch dimensions", e)
         p_unl = [a for a in range(P.ndim) if pl is None or pl[a] is None]
         pc_unl = [a for a in pc if pl is None or pl[a] is None]
+        # an uncontracted unlabeled axis of extent 1 (e.g. the N=1 axis of MaxText's inference-mode
+        # 'EBNCM,EMH -> EBNCH') is a free axis of the rows that holds no data: each row's GEMM is
+        # unchanged and the output keeps it as a size-1 axis (emit._gemm reshapes to the out's rows form)
+        p_unl = [a for a in p_unl if a in pc_unl or P.shape[a] != 1]
         if sorted(pc_unl) != sorted(p_unl):
             raise Miss("the token-side operand of an expert GEMM has free feature axes", e)
         if e_ax is not None and e_ax in wc:
@@ -851,6 +860,10 @@ def _roles(c, econ, b_axes, j_axis):
             r = "J"
         if isinstance(a, int) and a == econ.cat:
             r = "E"
+        if r is None and c.src.shape[len(roles)] == 1:
+            # a size-1 axis of the slot index (e.g. MaxText's inference masks [B, N=1, S, E]) carries no
+            # coordinate: every lookup reads index 0 there (emit._slot_at), so it needs no role.
+            r = "1"
         if r is None:
             return None
         roles.append(r)

@@ -1,8 +1,8 @@
 """Minimal plain-JAX reproducers of what the rewrite pass fails on in the third-party model group.
 
 Each function is a self-contained copy (jax + numpy only) of the failing pattern; `python tests/models/repro.py`
-prints what `explain`/`optimize` make of each. The tests that hit these failures are xfailed with the same
-reason (tests/models/test_maxtext.py).
+prints what `explain`/`optimize` make of each. The tests that hit these failures were xfailed with the same
+reason (tests/models/test_maxtext.py); both are fixed now and kept as regression reproducers.
 
 1. `maxtext_inference_capacity`: MaxText RoutedMoE.dense_matmul with capacity_factor > 0 in
    model_call_mode="inference" (generate_masks_subgroup): dispatch/combine masks laid out [B, N, S, E, C] with
@@ -19,7 +19,10 @@ reason (tests/models/test_maxtext.py).
    ([B, S, E, C], which the pass rewrites) with a size-1 axis inserted after B ([B, 1, S, E, C], as the
    inference path has) are not rewritten ("the token-side operand of an expert GEMM has free feature axes");
    the same function without the size-1 axis is rewritten and exact. Whether the combine weights are the full
-   softmax or the top-k weights makes no difference.
+   softmax or the top-k weights makes no difference. FIXED (a size-1 axis is now a free axis of extent 1
+   throughout: match._roles gives the slot index's N axis role "1" (read at 0), match._plan_dot and the combine
+   peephole accept uncontracted / batched size-1 unlabeled axes, emit keeps them as size-1 axes); both are
+   rewritten and exact, and test_dense_matmul_capacity_inference_mode checks them fully.
 
 2. `scan_over_moe_layers`: on jax >= 0.11 (the version MaxText 0.2.5 needs; jax 0.11.2 here) the `scan`
    primitive's params are {reverse, length, jaxpr, ft_in, ft_out, unroll} -- no `num_consts` / `num_carry`.
