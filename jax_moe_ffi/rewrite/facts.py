@@ -661,17 +661,7 @@ class Facts:
         lfree = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
         rfree = [j for j in range(rhs.ndim) if j not in rc and j not in rb]
         n_out = len(lb) + len(lfree) + len(rfree)
-        lmap, rmap = {}, {}
-        for k, (i, j) in enumerate(zip(lb, rb)):
-            lmap[i] = k
-            rmap[j] = k
-        for k, i in enumerate(lfree):
-            lmap[i] = len(lb) + k
-        for k, j in enumerate(rfree):
-            rmap[j] = len(lb) + len(lfree) + k
-        for k, (i, j) in enumerate(zip(lc, rc)):
-            lmap[i] = n_out + k
-            rmap[j] = n_out + k
+        lmap, rmap = dot_axis_maps(e)
         cons = set()
         for f, m in ((lf, lmap), (rf, rmap)):
             for c in f.cons:
@@ -691,3 +681,23 @@ class Facts:
         if lc:
             binary = binary and self._unique_sum(frozenset(cons), contracted)
         return Fact(cons=frozenset(out), binary=binary and bool(out))
+
+def dot_axis_maps(e):
+    """Per operand: axis -> product axis (out axes, then one per contracted pair)."""
+    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+    lhs, rhs = e.ins
+    lfree = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
+    rfree = [j for j in range(rhs.ndim) if j not in rc and j not in rb]
+    n_out = len(lb) + len(lfree) + len(rfree)
+    lmap, rmap = {}, {}
+    for k, (i, j) in enumerate(zip(lb, rb)):
+        lmap[i] = k
+        rmap[j] = k
+    for k, i in enumerate(lfree):
+        lmap[i] = len(lb) + k
+    for k, j in enumerate(rfree):
+        rmap[j] = len(lb) + len(lfree) + k
+    for k, (i, j) in enumerate(zip(lc, rc)):
+        lmap[i] = n_out + k
+        rmap[j] = n_out + k
+    return [lmap, rmap]

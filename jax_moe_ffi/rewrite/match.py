@@ -874,25 +874,7 @@ def _k(I, j_axis):
     return 1 if j_axis is None else I.shape[j_axis]
 
 
-def _dot_maps(e):
-    """Per operand: axis -> product axis (out axes, then one per contracted pair)."""
-    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
-    lhs, rhs = e.ins
-    lfree = [i for i in range(lhs.ndim) if i not in lc and i not in lb]
-    rfree = [j for j in range(rhs.ndim) if j not in rc and j not in rb]
-    n_out = len(lb) + len(lfree) + len(rfree)
-    lmap, rmap = {}, {}
-    for k, (i, j) in enumerate(zip(lb, rb)):
-        lmap[i] = k
-        rmap[j] = k
-    for k, i in enumerate(lfree):
-        lmap[i] = len(lb) + k
-    for k, j in enumerate(rfree):
-        rmap[j] = len(lb) + len(lfree) + k
-    for k, (i, j) in enumerate(zip(lc, rc)):
-        lmap[i] = n_out + k
-        rmap[j] = n_out + k
-    return [lmap, rmap]
+_dot_maps = F.dot_axis_maps
 
 
 def _prod_size(root, pa):
