@@ -3,8 +3,13 @@
 
   python benchmarks/grouped_gemm.py                 # on the GPU: all shapes, even+skew, fwd+fwd_bwd
   python benchmarks/grouped_gemm.py --cpu-scale 16  # on CPU: shapes scaled down 16x in M, K, N
+  python benchmarks/grouped_gemm.py --recipe blockwise --no-torch   # FP8: adds ours_fp8 rows and dense_fp8
 
-Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png}.
+Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png} (grouped_gemm_fp8_<machine> with --recipe).
+With --recipe blockwise the rows are: `ours` (bf16), `ours_fp8` (the FP8 kernel on operands quantised
+beforehand: the GEMM alone), `ours_fp8_with_quant` (grouped_matmul(recipe="blockwise") from bf16 operands:
+quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing), `dense_fp8` (XLA's dense FP8
+matmul of equal FLOPs) and the same anchors as the bf16 run.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ def import_tokamax():
         return None
 
 
-def impls(tokamax, dtype):
+def impls(tokamax, dtype, recipe=None):
     out = {
         "ours": lambda a, b, s: jmf.grouped_matmul(a, b, s, preferred_element_type=dtype),
         "xla_ragged_dot": lambda a, b, s: jax.lax.ragged_dot(a, b, s, preferred_element_type=dtype),
@@ -45,7 +50,18 @@ def impls(tokamax, dtype):
     if tokamax is not None:
         out["tokamax"] = lambda a, b, s: tokamax.ragged_dot(a, b, s, preferred_element_type=dtype,
                                                             implementation="mosaic")
+    if recipe:
+        out["ours_fp8_with_quant"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe)
     return out
+
+
+def fp8_kernel_only(lhs, rhs, sizes):
+    """The FP8 kernel on operands quantised outside the timed function: (fn, args)."""
+    from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+    qa = jmf.quantize(lhs, "blockwise")
+    qw = jmf.quantize(rhs, "blockwise", block=(128, 128))
+    bt = jax.block_until_ready(jnp.swapaxes(qw.data, 1, 2))
+    return jax.jit(fp8._fp8_call), (qa.data, qa.scale, bt, qw.scale, sizes)
 
 
 def fwd_bwd(f):
@@ -67,13 +83,15 @@ def main(argv=None):
     ap.add_argument("--anchor-groups", default="even,skew",
                     help="group kinds on which the slow anchors (xla_ragged_dot, tokamax) run")
     ap.add_argument("--out", default="", help="result name (default grouped_gemm_<machine>)")
+    ap.add_argument("--recipe", default="", help="FP8 recipe to add (blockwise)")
     args = ap.parse_args(argv)
 
     shapes = _common.load_shapes()
     dtype = jnp.bfloat16
     on_gpu = jax.default_backend() == "gpu"
     tokamax = import_tokamax() if on_gpu else None
-    fns = {k: v for k, v in impls(tokamax, dtype).items() if k not in args.skip.split(",")}
+    recipe = args.recipe or None
+    fns = {k: v for k, v in impls(tokamax, dtype, recipe).items() if k not in args.skip.split(",")}
     rows = []
     rng = np.random.default_rng(0)
     for case in shapes["grouped_gemm"]:
@@ -89,6 +107,13 @@ def main(argv=None):
         for kind in args.groups.split(","):
             sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
             for p in args.passes.split(","):
+                if recipe and p == "fwd" and "ours_fp8" not in args.skip.split(","):
+                    fn, a = fp8_kernel_only(lhs, rhs, sizes)
+                    ms = _common.time_ms(fn, *a)
+                    rows.append({"case": case["name"], "impl": "ours_fp8", "pass": p, "groups": kind, "ms": ms,
+                                 "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
+                    print(f"{case['name']:>30} {kind:>4} {p:>7} {'ours_fp8':>15} {ms:9.3f} ms "
+                          f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
                 for name, f in fns.items():
                     if name in ("xla_ragged_dot", "tokamax") and kind not in args.anchor_groups.split(","):
                         continue
@@ -109,6 +134,17 @@ def main(argv=None):
         ms = _common.time_ms(dense, lhs, rhs[0])
         rows.append({"case": case["name"], "impl": "dense", "pass": "fwd", "groups": "even", "ms": ms,
                      "tflops": flops / ms / 1e9})
+        if recipe:
+            a8 = lhs.astype(jnp.float8_e4m3fn)
+            b8t = jnp.swapaxes(rhs[0], 0, 1).astype(jnp.float8_e4m3fn)  # [N, K]: K-major, cuBLASLt's FP8 layout
+            dense8 = jax.jit(lambda a, b: jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())),
+                                                              preferred_element_type=dtype))
+            try:
+                ms = _common.time_ms(dense8, a8, b8t)
+                rows.append({"case": case["name"], "impl": "dense_fp8", "pass": "fwd", "groups": "even", "ms": ms,
+                             "tflops": flops / ms / 1e9})
+            except Exception as e:  # noqa: BLE001
+                print(f"{case['name']} dense_fp8: FAILED {type(e).__name__}: {str(e)[:200]}")
         copy = jax.jit(lambda a: a * 2)
         big = jnp.asarray(rng.standard_normal((g, k, n)), dtype)
         ms = _common.time_ms(copy, big)
@@ -117,12 +153,14 @@ def main(argv=None):
     if on_gpu and not args.no_torch:
         rows += torch_rows(args)
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/grouped_gemm.py"] + argv)
-    meta["dtype"] = "bfloat16"
+    meta["dtype"] = "bfloat16" + (f"; FP8 recipe {recipe} (E4M3, 1x128 / 128x128 float32 scales)" if recipe else "")
     meta["cuda_library"] = jmf._registry.cuda_library_path
     if tokamax is not None:
         meta["tokamax"] = getattr(tokamax, "__version__", "?")
-    name = args.out or f"grouped_gemm_{_common.machine_tag()}"
-    path = _common.write_results(name, meta, rows, "tflops", "Grouped GEMM, bf16 (TFLOP/s)")
+    name = args.out or (f"grouped_gemm_fp8_{_common.machine_tag()}" if recipe else
+                        f"grouped_gemm_{_common.machine_tag()}")
+    title = f"Grouped GEMM, bf16 vs FP8 {recipe} (TFLOP/s)" if recipe else "Grouped GEMM, bf16 (TFLOP/s)"
+    path = _common.write_results(name, meta, rows, "tflops", title)
     print(f"wrote {path}")
     summarize(rows)
 
@@ -148,16 +186,18 @@ def summarize(rows):
     """Same-run ratios against the targets of the GPU grouped GEMM issue."""
     by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
     for (case, impl, p, kind), r in by.items():
-        if impl != "ours":
+        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant"):
             continue
         parts = []
+        if impl != "ours" and (case, "ours", p, kind) in by:
+            parts.append(f"{r['tflops'] / by[(case, 'ours', p, kind)]['tflops']:.2f}x ours (bf16)")
         for peer in ("torch_grouped_mm", "tokamax", "xla_ragged_dot"):
             o = by.get((case, peer, p, kind))
             if o:
                 parts.append(f"{r['tflops'] / o['tflops']:.2f}x {peer}")
         if kind == "skew" and (case, "ours", p, "even") in by:
             parts.append(f"skew/even {r['tflops'] / by[(case, 'ours', p, 'even')]['tflops']:.2f}")
-        print(f"{case:>30} {kind:>4} {p:>7}: {r['tflops']:.0f} TFLOP/s; " + ", ".join(parts))
+        print(f"{case:>30} {kind:>4} {p:>7} {impl}: {r['tflops']:.0f} TFLOP/s; " + ", ".join(parts))
 
 
 if __name__ == "__main__":

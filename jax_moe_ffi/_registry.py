@@ -18,6 +18,7 @@ _PKG_DIR = Path(__file__).resolve().parent
 CUDA_SYMBOLS = {
     "jax_moe_ffi_grouped_gemm": "JaxMoeFfiGroupedGemmCuda",
     "jax_moe_ffi_grouped_gemm_wgrad": "JaxMoeFfiGroupedGemmWgradCuda",
+    "jax_moe_ffi_grouped_gemm_fp8": "JaxMoeFfiGroupedGemmFp8Cuda",
     "jax_moe_ffi_dispatch_plan": "JaxMoeFfiDispatchPlanCuda",
     "jax_moe_ffi_dispatch": "JaxMoeFfiDispatchCuda",
     "jax_moe_ffi_combine": "JaxMoeFfiCombineCuda",

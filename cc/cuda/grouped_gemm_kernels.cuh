@@ -11,6 +11,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -100,6 +101,74 @@ struct GroupedGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementIn, LayoutA*, kAlignIn,
       ElementIn, LayoutB*, kAlignIn,
+      ElementAcc,
+      typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
+                                                      CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using ConfigT = Config;
+};
+
+
+// --- Blockwise-scaled FP8 (DeepSeek-V3 recipe) ------------------------------------------------
+//
+// A: activations [rows, K] FP8 (E4M3, or E5M2 for gradients), one float32 scale per 1 x 128 block.
+// B: weights with one float32 scale per 128 x 128 tile, K-major ([N, K] per group): Hopper's FP8
+//    wgmma reads both operands K-major from shared memory, so the wrapper hands the weight in that
+//    orientation (an FP8 transpose, a quarter of the bf16 bytes).
+// The mainloop multiplies each 128-deep slice of the accumulation by scale_a(row) * scale_b(tile)
+// in float32 ("promotion"), which also bounds the error of the tensor cores' reduced-precision FP8
+// accumulation. Scale layouts are CUTLASS's MN-major ones: per group, SFA is [K/128, m_g] (rows
+// contiguous) and SFB is [K/128, ceil(N/128)] (N tiles contiguous).
+struct Fp8CoopConfig {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  static constexpr const char* kName = "fp8_blockwise_coop_128x128x128_c1x2";
+};
+
+struct Fp8PingpongConfig {
+  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  static constexpr const char* kName = "fp8_blockwise_pingpong_64x128x128_c1x2";
+};
+
+template <class ElementA, class ElementB, class ElementOut, class Config>
+struct GroupedGemmFp8Blockwise {
+  using ElementAcc = float;
+  using LayoutA = cutlass::layout::RowMajor;     // [rows, K], K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // B is K x N stored N-major rows of K: K contiguous
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignA = 16;  // 16 bytes of FP8
+  static constexpr int kAlignB = 16;
+  static constexpr int kAlignOut = 16 / sizeof(ElementOut);
+
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      typename Config::TileShape, typename Config::ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto,
+      ElementAcc, ElementAcc,
+      void, LayoutD*, kAlignOut,
+      ElementOut, LayoutD*, kAlignOut,
+      typename Config::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::
+      CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignA,
+      ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignB,
       ElementAcc,
       typename Config::TileShape, typename Config::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<

@@ -141,7 +141,7 @@ _wgrad.defvjp(_wgrad_fwd, _wgrad_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
-                   transpose_rhs: bool = False):
+                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3"):
     """Grouped matmul: `out[i] = lhs[i] @ rhs[g(i)]`, the semantics of `jax.lax.ragged_dot`.
 
     Args:
@@ -149,15 +149,20 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
       rhs: [G, K, N] (or [G, N, K] with `transpose_rhs=True`), same dtype as lhs.
       group_sizes: [G] integer, rows per group, on the device (never read by the host).
       preferred_element_type: output dtype, None (= input dtype) or float32. Accumulation is float32.
-      recipe: None (bf16/f16/f32 operands). FP8 recipes arrive with the FP8 issue.
+      recipe: None (operands as given), "blockwise" (FP8 E4M3, 1 x 128 activation blocks, 128 x 128 weight
+        tiles: the fast Hopper path) or "mxfp8" (OCP MX, 1 x 32 blocks; on Hopper exact MXFP8 operands
+        multiplied in bf16). See `jax_moe_ffi.ops.grouped_gemm_fp8`.
+      fp8_grad_dtype: with a recipe, the FP8 format of the incoming gradient: "e4m3" or "e5m2".
     Returns [M, N]; rows at/after sum(group_sizes) are zero.
     """
-    if recipe is not None:
-        raise NotImplementedError(f"grouped_matmul: recipe={recipe!r} is not implemented yet (only None)")
     lhs = jnp.asarray(lhs)
     rhs = jnp.asarray(rhs)
     group_sizes = jnp.asarray(group_sizes)
     gs, odt = _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type)
+    if recipe is not None:
+        from jax_moe_ffi.ops.grouped_gemm_fp8 import grouped_matmul_fp8
+        return grouped_matmul_fp8(lhs, rhs, gs, recipe=recipe, out_dtype=odt, transpose_rhs=bool(transpose_rhs),
+                                  grad_dtype=fp8_grad_dtype)
     return _gmm(lhs, rhs, gs, bool(transpose_rhs), odt)
 
 

@@ -21,14 +21,14 @@ from jax_moe_ffi.rewrite.report import MissReport, Report, SiteReport
 __all__ = ["optimize", "explain", "Report", "SiteReport", "MissReport"]
 
 MODES = ("exact", "dropless")
+RECIPES = (None, "blockwise", "mxfp8")  # FP8 expert GEMMs: see ops/grouped_gemm_fp8.py
 
 
 def _check_opts(mode, recipe, offload, streams):
     if mode not in MODES:
         raise ValueError(f"optimize: mode must be one of {MODES}, got {mode!r}")
-    if recipe is not None:
-        raise NotImplementedError(f"optimize: recipe={recipe!r} (FP8 grouped GEMMs) is not implemented yet; "
-                                  "only recipe=None")
+    if recipe not in RECIPES:
+        raise ValueError(f"optimize: recipe must be one of {RECIPES}, got {recipe!r}")
     if offload not in (None, False):
         pass  # recorded; host offload of MoE activations arrives with a later issue
     del streams
@@ -97,7 +97,9 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
 
     mode: "exact" reproduces `fn` (capacity drops and priority order included, within dtype rounding);
       "dropless" ignores expert capacity (every selected pair is computed; the report says so).
-    recipe: FP8 grouped GEMMs -- not implemented yet, only None.
+    recipe: None (expert GEMMs in the model's dtype), "blockwise" (FP8 E4M3 with 1 x 128 / 128 x 128 float32
+      scales: the fast Hopper path) or "mxfp8" (OCP MX operands, multiplied in bf16 on Hopper). FP8 changes
+      the numerics by FP8 rounding, so mode="exact" then means exact routing and drops, not exact values.
     offload: tag the dispatched rows and expert outputs for host offload; the returned function carries
       `.offload_policy` (runtime.offload_policy) to use as `jax.checkpoint(layer, policy=...)`.
     streams: run the combine under a GPU stream annotation (runtime.on_stream); XLA honours it with
@@ -113,7 +115,8 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         key = _key(args, kwargs)
         entry = cache.get(key)
         if entry is None:
-            entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload})
+            entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload,
+                                                             "recipe": recipe})
             if entry.cacheable:
                 cache[key] = entry
         if not entry.plan.has_sites():
@@ -135,7 +138,8 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         # the remat policy that moves the tagged MoE intermediates to pinned host memory: use it as
         # jax.checkpoint(layer, policy=fast.offload_policy) (e.g. on a scanned layer body)
         wrapped.offload_policy = runtime.offload_policy(runtime.OFFLOAD_NAMES)
-    wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, offload=offload, streams=streams, **kw)
+    wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, recipe=recipe, offload=offload, streams=streams,
+                                               **kw)
     return wrapped
 
 
@@ -160,6 +164,11 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
     misses = [MissReport(reason=m["reason"], source=m["source"], op=m["op"], shapes=m["shapes"],
                          path=m.get("path", ""), at=m.get("at")) for m in plan.all_misses()]
     notes = []
+    if recipe is not None:
+        notes.append(f"recipe={recipe!r}: expert GEMMs take FP8 operands "
+                     + ("(E4M3, 1x128 activation / 128x128 weight float32 scales; CUDA FP8 kernel, bf16 wgrad)"
+                        if recipe == "blockwise" else "(MXFP8, 1x32 E8M0 scales; multiplied in bf16 on Hopper)")
+                     + "; values differ from the model by FP8 rounding")
     if offload not in (None, False):
         notes.append(f"offload={offload!r}: dispatched rows and expert outputs are tagged "
                      "(jax_moe_ffi/moe_dispatched_rows, jax_moe_ffi/moe_expert_out); wrap the layer in "

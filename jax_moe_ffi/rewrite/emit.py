@@ -123,8 +123,9 @@ def _lit_value(a):
 
 class RowEval:
     def __init__(self, site, prog, read, coords, n, group_sizes=None, primary_rows=None, facts=None,
-                 read_stacked=None):
+                 read_stacked=None, recipe=None):
         self.site = site
+        self.recipe = recipe  # FP8 recipe of the expert GEMMs (optimize(recipe=...)), None: model dtype
         self.prog = prog
         self.read = read
         self.coords = coords
@@ -400,7 +401,7 @@ class RowEval:
             tr = False
         out_dt = plan["out_dtype"]
         pet = jnp.float32 if out_dt == np.dtype(np.float32) and np.dtype(lhs.dtype) != out_dt else None
-        r = grouped_matmul(lhs, rhs, self.gs, preferred_element_type=pet, transpose_rhs=tr)
+        r = grouped_matmul(lhs, rhs, self.gs, preferred_element_type=pet, transpose_rhs=tr, recipe=self.recipe)
         shp = (self.n,) + tuple(w.shape[a] for a in wf)
         if rest and e.outs[0] in self.site.labels:
             shp = self.out_shape(e.outs[0])  # keeps the rows' size-1 free axes (no data) where the out has them
@@ -507,7 +508,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         pv = site.primary
         prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
-                 facts=facts, read_stacked=read_stacked)
+                 facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"))
     if site.rows_operand is not None:
         rows = re.full(re.rows(site.rows_operand), site.rows_operand)
         if site.gather_perm is not None:

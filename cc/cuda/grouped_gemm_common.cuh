@@ -1,0 +1,294 @@
+// Helpers shared by the CUDA grouped-GEMM handlers (grouped_gemm.cu: bf16/f16; grouped_gemm_fp8.cu:
+// blockwise FP8): error macros, device properties, CUTLASS kernel preparation and launch, the block
+// prefix sum of the setup kernels, zero kernels and the XLA-owned workspace.
+//
+// Everything is in an anonymous namespace: each translation unit gets its own copy (internal linkage,
+// nothing leaks into the shared library's dynamic symbol table).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "common/ffi_helpers.h"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_moe_ffi {
+namespace cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Error helpers
+// ---------------------------------------------------------------------------------------------
+
+ffi::Error CudaError(const char* what, cudaError_t err) {
+  return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in ") + what +
+                                                   ": " + cudaGetErrorName(err) + ": " +
+                                                   cudaGetErrorString(err));
+}
+
+#define JMF_CUDA_CHECK(expr)                                   \
+  do {                                                         \
+    cudaError_t jmf_err_ = (expr);                             \
+    if (jmf_err_ != cudaSuccess) return CudaError(#expr, jmf_err_); \
+  } while (0)
+
+// Kernel launches report configuration errors through cudaGetLastError().
+#define JMF_CUDA_CHECK_LAUNCH(name)                            \
+  do {                                                         \
+    cudaError_t jmf_err_ = cudaGetLastError();                 \
+    if (jmf_err_ != cudaSuccess) return CudaError(name, jmf_err_); \
+  } while (0)
+
+#define JMF_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ffi::Error jmf_status_ = (expr);           \
+    if (jmf_status_.failure()) return jmf_status_; \
+  } while (0)
+
+std::string DtypeName(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::BF16: return "bf16";
+    case ffi::DataType::F16: return "f16";
+    case ffi::DataType::F32: return "f32";
+    case ffi::DataType::F64: return "f64";
+    case ffi::DataType::S32: return "s32";
+    case ffi::DataType::S64: return "s64";
+    case ffi::DataType::S8: return "s8";
+    case ffi::DataType::U8: return "u8";
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::F8E4M3FN: return "f8e4m3fn";
+    case ffi::DataType::F8E5M2: return "f8e5m2";
+    default: return "dtype#" + std::to_string(static_cast<int>(t));
+  }
+}
+
+bool IsHalfType(ffi::DataType t) {
+  return t == ffi::DataType::BF16 || t == ffi::DataType::F16;
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t RoundUp(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+// ---------------------------------------------------------------------------------------------
+// Device properties (cached per device: cudaDeviceGetAttribute is cheap but not free)
+// ---------------------------------------------------------------------------------------------
+
+struct DeviceInfo {
+  int device = 0;
+  int sm_count = 0;
+};
+
+ffi::Error GetDeviceInfo(DeviceInfo* info) {
+  // XLA makes the stream's device current on the calling thread.
+  int device = 0;
+  JMF_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::unordered_map<int, int>* sm_counts = new std::unordered_map<int, int>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = sm_counts->find(device);
+  if (it == sm_counts->end()) {
+    int major = 0, minor = 0, sms = 0;
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    // The kernels are compiled for sm_90a only (wgmma / TMA multicast / setmaxnreg are
+    // arch-specific and do not run on sm_100+), so refuse anything else with a clear message.
+    if (major != 9 || minor != 0) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        "jax_moe_ffi: the CUDA grouped GEMM is built for sm_90a (H100/H200); "
+                        "device " + std::to_string(device) + " has compute capability " +
+                            std::to_string(major) + "." + std::to_string(minor));
+    }
+    JMF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = sm_counts->emplace(device, sms).first;
+  }
+  info->device = device;
+  info->sm_count = it->second;
+  return ffi::Error::Success();
+}
+
+// Per (kernel, device) one-time setup: opt in to the kernel's large dynamic shared memory and ask
+// the driver how many clusters can be co-resident. The persistent grid must not exceed that
+// number of clusters: a cluster that cannot start until another one has *finished all of its
+// tiles* would double the runtime. (CUTLASS falls back to a GPC-size heuristic when this is 0.)
+template <class Kernel>
+ffi::Error PrepareKernel(int device, int* max_active_clusters) {
+  static std::mutex mu;
+  static std::unordered_map<int, int>* cache = new std::unordered_map<int, int>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(device);
+  if (it != cache->end()) {
+    *max_active_clusters = it->second;
+    return ffi::Error::Success();
+  }
+  const void* fn = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  JMF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), cute::size<2>(Cluster{}));
+  cfg.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
+  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
+  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not fatal: clear it and let CUTLASS use its heuristic
+    clusters = 0;
+  }
+  cache->emplace(device, clusters);
+  *max_active_clusters = clusters;
+  return ffi::Error::Success();
+}
+
+
+// Every packed stride used here has exactly one run-time component (the leading dimension) in
+// mode 0 or 1; mode 2 (batch) is the static 0 of the grouped kernels. Set that component.
+template <class Stride>
+__device__ __forceinline__ Stride StrideWithLd(int64_t ld) {
+  using M0 = cute::remove_cvref_t<decltype(cute::get<0>(Stride{}))>;
+  using M1 = cute::remove_cvref_t<decltype(cute::get<1>(Stride{}))>;
+  static_assert(cute::is_static<M0>::value != cute::is_static<M1>::value,
+                "expected exactly one dynamic stride mode among (0, 1)");
+  static_assert(cute::is_static<cute::remove_cvref_t<decltype(cute::get<2>(Stride{}))>>::value,
+                "expected a static batch stride");
+  Stride s{};
+  if constexpr (cute::is_static<M0>::value) {
+    cute::get<1>(s) = ld;
+  } else {
+    cute::get<0>(s) = ld;
+  }
+  return s;
+}
+
+constexpr int kSetupThreads = 256;
+
+// Exclusive prefix sum over the block (all kSetupThreads threads must call it).
+__device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_offsets,
+                                                     int64_t* block_total) {
+  constexpr int kWarps = kSetupThreads / 32;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  int64_t incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int64_t t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  if (lane == 31) warp_offsets[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int64_t w = lane < kWarps ? warp_offsets[lane] : 0;
+    int64_t wincl = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      int64_t t = __shfl_up_sync(0xffffffffu, wincl, o);
+      if (lane >= o) wincl += t;
+    }
+    if (lane < kWarps) warp_offsets[lane] = wincl - w;
+    if (lane == kWarps - 1) *block_total = wincl;
+  }
+  __syncthreads();
+  return incl - v + warp_offsets[warp];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero kernels (16-byte stores; every row of out is a multiple of 16 bytes since N % 8 == 0)
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kZeroThreads = 256;
+
+// Forward/dgrad: rows [total, M) of out[M,N] belong to no group.
+__global__ void __launch_bounds__(kZeroThreads)
+    ZeroTailRowsKernel(uint4* __restrict__ out, const int64_t* __restrict__ total_rows,
+                       int64_t vecs_per_row, int64_t total_vecs) {
+  const int64_t begin = *total_rows * vecs_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < total_vecs; i += stride) {
+    out[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Wgrad: out[g] = 0 for every group with no rows (the GEMM has a zero-size problem there).
+__global__ void __launch_bounds__(kZeroThreads)
+    ZeroEmptyGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ rows,
+                          int64_t num_groups, int64_t vecs_per_group) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = blockIdx.y; g < num_groups; g += gridDim.y) {
+    if (rows[g] != 0) continue;
+    uint4* o = out + g * vecs_per_group;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < vecs_per_group; i += stride) {
+      o[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One grouped GEMM call
+// ---------------------------------------------------------------------------------------------
+
+// Device memory for the per-group arrays and CUTLASS's workspace: a u8 output of the custom call
+// (sized by Python, see ops/grouped_gemm.py). XLA owns it, so its address stays valid when the call
+// is replayed from a CUDA graph (FFI scratch memory would be freed when the handler returns).
+struct Workspace {
+  void* ptr;
+  size_t bytes;
+};
+
+
+// Carves 128-byte aligned pieces (TMA descriptors need 64) out of the workspace, in order.
+struct WorkspaceCarver {
+  size_t offset = 0;
+  size_t take(size_t bytes) {
+    size_t at = offset;
+    offset = RoundUp(offset + bytes, 128);
+    return at;
+  }
+};
+
+// Launches a CUTLASS 3.x SM90 kernel (cluster launch) on `stream` with its Params.
+template <class Kernel>
+ffi::Error LaunchCutlassKernel(const typename Kernel::Params& params, cudaStream_t stream) {
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
+  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
+  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* kernel_args[] = {const_cast<typename Kernel::Params*>(&params)};
+  JMF_CUDA_CHECK(cudaLaunchKernelExC(
+      &cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args));
+  JMF_CUDA_CHECK_LAUNCH("grouped GEMM kernel launch");
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace jax_moe_ffi

@@ -1,0 +1,398 @@
+// CUDA (SM90a / Hopper) blockwise-scaled FP8 grouped GEMM (the DeepSeek-V3 recipe) for jax_moe_ffi.
+//
+//   JaxMoeFfiGroupedGemmFp8Cuda -> target "jax_moe_ffi_grouped_gemm_fp8"
+//     out[r, :] = sum_kb (lhs[r, kb] . rhs[g]^T[kb]) * lhs_scale[r, kb] * rhs_scale[g, kb, n / 128]
+//     lhs [M,K] f8e4m3fn|f8e5m2, lhs_scale [M, ceil(K/128)] f32 (1 x 128 blocks along K),
+//     rhs [G,N,K] f8e4m3fn (K contiguous), rhs_scale [G, ceil(K/128), ceil(N/128)] f32 (128 x 128),
+//     group_sizes [G] s32; out [M,N] bf16, rows at/after the clipped total are zero.
+//   The forward passes the weight [G,K,N] quantised in 128 x 128 tiles as its FP8 transpose [G,N,K]
+//   with the scales as they are; the dgrad passes the weight data as it is ([G,K,N] is [N', K'] for
+//   the GEMM out[M,K] = dout[M,N] . W^T) with the scales' last two axes swapped.
+//
+// One call, all on XLA's stream, no host synchronisation (group sizes stay on the GPU):
+//   1. a one-block setup kernel: per-group problem shapes, pointers, strides, scale pointers, and
+//      the row range of each group;
+//   2. a repack kernel copies lhs_scale into CUTLASS's per-group layout: group g's scales as a
+//      [K/128, m_g] block (rows contiguous) at offset begin_g * K/128 of a workspace buffer (the
+//      SM90 blockwise mainloop derives the scale layout from the group's own M);
+//   3. a zero kernel for rows no group covers;
+//   4. one CUTLASS pointer-array FP8 blockwise-scaled kernel.
+// Command-buffer compatible: the workspace is an XLA-owned output.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/ffi_helpers.h"
+#include "cuda/grouped_gemm_common.cuh"
+#include "cuda/grouped_gemm_kernels.cuh"
+#include "xla/ffi/api/ffi.h"
+
+#define JMF_EXPORT extern "C" __attribute__((visibility("default")))
+JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8Cuda(XLA_FFI_CallFrame* call_frame);
+
+namespace jax_moe_ffi {
+namespace cuda {
+namespace {
+
+constexpr int64_t kScaleBlock = 128;
+
+template <class GemmDef>
+struct Fp8GroupArrays {
+  using Kernel = typename GemmDef::Kernel;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementD = typename Kernel::ElementD;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using LayoutSFA = typename GemmDef::LayoutSFA;
+  using LayoutSFB = typename GemmDef::LayoutSFB;
+  using Shape = typename GroupShape::UnderlyingProblemShape;
+
+  Shape* shapes;
+  const ElementA** ptr_a;
+  const ElementB** ptr_b;
+  ElementD** ptr_d;
+  const float** ptr_sfa;
+  const float** ptr_sfb;
+  StrideA* stride_a;
+  StrideB* stride_b;
+  StrideD* stride_d;
+  LayoutSFA* layout_sfa;
+  LayoutSFB* layout_sfb;
+  int64_t* ends;   // clipped end row of each group (non-decreasing; empty groups: end == begin)
+  int64_t* total;  // clipped total rows
+  float* sfa;      // repacked lhs scales, M * K/128 floats
+};
+
+// One block (see grouped_gemm.cu's SetupGroupsKernel for why a parallel scan of max(size, 0)
+// followed by clip_group reproduces the sequential clipping rule).
+template <class GemmDef>
+__global__ void __launch_bounds__(kSetupThreads)
+    Fp8SetupGroupsKernel(Fp8GroupArrays<GemmDef> arr, const int32_t* __restrict__ sizes,
+                         int64_t num_groups, int64_t m, int64_t k, int64_t n,
+                         const typename Fp8GroupArrays<GemmDef>::ElementA* a,
+                         const typename Fp8GroupArrays<GemmDef>::ElementB* b,
+                         const float* rhs_scale,
+                         typename Fp8GroupArrays<GemmDef>::ElementD* d) {
+  using Arr = Fp8GroupArrays<GemmDef>;
+  __shared__ int64_t warp_offsets[kSetupThreads / 32];
+  __shared__ int64_t chunk_total;
+  const int64_t kb = (k + kScaleBlock - 1) / kScaleBlock;
+  const int64_t nb = (n + kScaleBlock - 1) / kScaleBlock;
+  int64_t carry = 0;
+  for (int64_t base = 0; base < num_groups; base += kSetupThreads) {
+    const int64_t g = base + threadIdx.x;
+    const int32_t size = g < num_groups ? sizes[g] : 0;
+    const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
+    if (g < num_groups) {
+      const GroupRows r = clip_group(carry + excl, size, m);
+      const int64_t rows = r.end - r.begin;
+      arr.ends[g] = r.end;
+      arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
+                                          static_cast<int>(k));
+      arr.ptr_a[g] = a + r.begin * k;
+      arr.ptr_b[g] = b + g * n * k;
+      arr.ptr_d[g] = d + r.begin * n;
+      arr.ptr_sfa[g] = arr.sfa + r.begin * kb;
+      arr.ptr_sfb[g] = rhs_scale + g * kb * nb;
+      arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(k);
+      arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(k);
+      arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(n);
+      const auto mnk = cute::make_shape(static_cast<int>(rows > 0 ? rows : 1), static_cast<int>(n),
+                                        static_cast<int>(k), 1);
+      arr.layout_sfa[g] = GemmDef::ScaleConfig::tile_atom_to_shape_SFA(mnk);
+      arr.layout_sfb[g] = GemmDef::ScaleConfig::tile_atom_to_shape_SFB(mnk);
+    }
+    carry += chunk_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
+}
+
+// lhs_scale [M, KB] (row-major) -> per group g a [KB, m_g] block at sfa + begin_g * KB.
+// Thread i handles (kb, r) = (i / M, i % M): consecutive threads write consecutive rows of a block.
+constexpr int kRepackThreads = 256;
+
+__global__ void __launch_bounds__(kRepackThreads)
+    RepackScalesKernel(const float* __restrict__ lhs_scale, float* __restrict__ sfa,
+                       const int64_t* __restrict__ ends, const int64_t* __restrict__ total_rows,
+                       int64_t num_groups, int64_t m, int64_t kb) {
+  const int64_t total = *total_rows;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb;
+       i += stride) {
+    const int64_t blk = i / m;
+    const int64_t r = i - blk * m;
+    if (r >= total) continue;
+    // The group holding row r: the first g with ends[g] > r (ends is non-decreasing).
+    int64_t lo = 0, hi = num_groups - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (ends[mid] > r) hi = mid; else lo = mid + 1;
+    }
+    const int64_t end = ends[lo];
+    const int64_t begin = lo > 0 ? ends[lo - 1] : 0;
+    sfa[begin * kb + blk * (end - begin) + (r - begin)] = lhs_scale[r * kb + blk];
+  }
+}
+
+struct Fp8Call {
+  const void* a;
+  const float* a_scale;
+  const void* b;
+  const float* b_scale;
+  void* d;
+  const int32_t* sizes;
+  int64_t m, k, n, g;
+};
+
+template <class GemmDef>
+ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
+                             const DeviceInfo& dev) {
+  using Kernel = typename GemmDef::Kernel;
+  using Arr = Fp8GroupArrays<GemmDef>;
+
+  int max_active_clusters = 0;
+  JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
+
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.hw_info.device_id = dev.device;
+  args.hw_info.sm_count = dev.sm_count;
+  args.hw_info.max_active_clusters = max_active_clusters;
+  const size_t workspace_bytes = Kernel::get_workspace_size(args);
+
+  const size_t ng = static_cast<size_t>(c.g);
+  const int64_t kb = CeilDiv(c.k, kScaleBlock);
+  WorkspaceCarver carve;
+  const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
+  const size_t o_ptr_a = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_b = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_d = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_sfa = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_sfb = carve.take(ng * sizeof(void*));
+  const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
+  const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
+  const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
+  const size_t o_layout_sfa = carve.take(ng * sizeof(typename Arr::LayoutSFA));
+  const size_t o_layout_sfb = carve.take(ng * sizeof(typename Arr::LayoutSFB));
+  const size_t o_ends = carve.take(ng * sizeof(int64_t));
+  const size_t o_total = carve.take(sizeof(int64_t));
+  const size_t o_sfa = carve.take(static_cast<size_t>(c.m * kb) * sizeof(float));
+  const size_t o_workspace = carve.take(workspace_bytes);
+  if (carve.offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
+    return invalid("grouped_gemm_fp8: the workspace output has " + std::to_string(ws.bytes) +
+                   " bytes (256-byte aligned needed), this call needs " +
+                   std::to_string(carve.offset) + " (G=" + std::to_string(c.g) + ", M=" +
+                   std::to_string(c.m) + ", " + std::to_string(dev.sm_count) + " SMs)");
+  }
+  char* base = static_cast<char*>(ws.ptr);
+  Arr arr;
+  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
+  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
+  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
+  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
+  arr.ptr_sfa = reinterpret_cast<const float**>(base + o_ptr_sfa);
+  arr.ptr_sfb = reinterpret_cast<const float**>(base + o_ptr_sfb);
+  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
+  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
+  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  arr.layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
+  arr.layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
+  arr.ends = reinterpret_cast<int64_t*>(base + o_ends);
+  arr.total = reinterpret_cast<int64_t*>(base + o_total);
+  arr.sfa = reinterpret_cast<float*>(base + o_sfa);
+  void* workspace = base + o_workspace;
+
+  // 1. Per-group metadata.
+  Fp8SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
+      arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
+      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale,
+      static_cast<typename Arr::ElementD*>(c.d));
+  JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
+
+  // 2. Scales into CUTLASS's per-group layout.
+  {
+    int64_t blocks = CeilDiv(c.m * kb, kRepackThreads);
+    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+    blocks = blocks > max_blocks ? max_blocks : blocks;
+    RepackScalesKernel<<<static_cast<unsigned>(blocks), kRepackThreads, 0, stream>>>(
+        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb);
+    JMF_CUDA_CHECK_LAUNCH("RepackScalesKernel launch");
+  }
+
+  // 3. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
+  {
+    const int64_t vecs_per_row = c.n * 2 / 16;
+    const int64_t total_vecs = c.m * vecs_per_row;
+    int64_t blocks = CeilDiv(total_vecs, kZeroThreads);
+    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+    blocks = blocks > max_blocks ? max_blocks : blocks;
+    ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
+        static_cast<uint4*>(c.d), arr.total, vecs_per_row, total_vecs);
+    JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
+  }
+
+  // 4. The grouped GEMM with device-only problem shapes.
+  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.mainloop.ptr_SFA = arr.ptr_sfa;
+  args.mainloop.layout_SFA = arr.layout_sfa;
+  args.mainloop.ptr_SFB = arr.ptr_sfb;
+  args.mainloop.layout_SFB = arr.layout_sfb;
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+
+  if (!Kernel::can_implement(args)) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS cannot implement the FP8 grouped GEMM (") +
+                          GemmDef::ConfigT::kName + ")");
+  }
+  cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
+                          cutlassGetStatusString(st));
+  }
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+  return LaunchCutlassKernel<Kernel>(params, stream);
+}
+
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
+bool UseSmallFp8Tiles(const Fp8Call& c) {
+  static const std::string choice = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
+    return std::string(v != nullptr ? v : "auto");
+  }();
+  if (choice == "large") return false;
+  if (choice == "small") return true;
+  return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
+}
+
+template <class ElementA>
+ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
+                            const DeviceInfo& dev) {
+  using E4M3 = cutlass::float_e4m3_t;
+  using BF16 = cutlass::bfloat16_t;
+  if (UseSmallFp8Tiles(c)) {
+    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongConfig>>(
+        stream, ws, c, dev);
+  }
+  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopConfig>>(
+      stream, ws, c, dev);
+}
+
+std::string ExpectDims(const char* name, ffi::AnyBuffer::Dimensions got,
+                       std::initializer_list<int64_t> want) {
+  bool ok = got.size() == want.size();
+  size_t i = 0;
+  for (int64_t w : want) {
+    if (!ok) break;
+    ok = got[i++] == w;
+  }
+  if (ok) return "";
+  std::string s = "[";
+  i = 0;
+  for (int64_t w : want) s += (i++ ? "," : "") + std::to_string(w);
+  return std::string("grouped_gemm_fp8: ") + name + " must be " + s + "], got " + dims_str(got);
+}
+
+ffi::Error GroupedGemmFp8Impl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer lhs_scale,
+                              ffi::AnyBuffer rhs, ffi::AnyBuffer rhs_scale,
+                              ffi::Buffer<ffi::DataType::S32> group_sizes,
+                              ffi::Result<ffi::AnyBuffer> out,
+                              ffi::Result<ffi::AnyBuffer> workspace) {
+  auto ld = lhs.dimensions();
+  auto rd = rhs.dimensions();
+  if (ld.size() != 2) return invalid("grouped_gemm_fp8: lhs must be [M,K], got " + dims_str(ld));
+  if (rd.size() != 3) return invalid("grouped_gemm_fp8: rhs must be [G,N,K], got " + dims_str(rd));
+  const int64_t m = ld[0], k = ld[1], g = rd[0], n = rd[1];
+  if (rd[2] != k) {
+    return invalid("grouped_gemm_fp8: rhs [G,N,K] must have K = lhs.shape[1] = " +
+                   std::to_string(k) + ", got " + dims_str(rd));
+  }
+  const int64_t kb = CeilDiv(k, kScaleBlock), nb = CeilDiv(n, kScaleBlock);
+  for (const std::string& e :
+       {ExpectDims("lhs_scale", lhs_scale.dimensions(), {m, kb}),
+        ExpectDims("rhs_scale", rhs_scale.dimensions(), {g, kb, nb}),
+        ExpectDims("group_sizes", group_sizes.dimensions(), {g}),
+        ExpectDims("out", out->dimensions(), {m, n})}) {
+    if (!e.empty()) return invalid(e);
+  }
+  const ffi::DataType a_t = lhs.element_type();
+  if (a_t != ffi::DataType::F8E4M3FN && a_t != ffi::DataType::F8E5M2) {
+    return invalid("grouped_gemm_fp8: lhs must be float8_e4m3fn or float8_e5m2, got " +
+                   DtypeName(a_t));
+  }
+  if (rhs.element_type() != ffi::DataType::F8E4M3FN) {
+    return invalid("grouped_gemm_fp8: rhs must be float8_e4m3fn, got " +
+                   DtypeName(rhs.element_type()));
+  }
+  if (lhs_scale.element_type() != ffi::DataType::F32 ||
+      rhs_scale.element_type() != ffi::DataType::F32) {
+    return invalid("grouped_gemm_fp8: lhs_scale and rhs_scale must be float32");
+  }
+  if (out->element_type() != ffi::DataType::BF16) {
+    return invalid("grouped_gemm_fp8: out must be bfloat16, got " + DtypeName(out->element_type()));
+  }
+  if (k % 16 != 0 || n % 8 != 0) {
+    return invalid("grouped_gemm_fp8: K must be a multiple of 16 and N of 8 (16-byte rows for TMA) "
+                   "on CUDA, got K=" + std::to_string(k) + " N=" + std::to_string(n));
+  }
+  if (m > kInt32Max || k > kInt32Max || n > kInt32Max || g > kInt32Max) {
+    return invalid("grouped_gemm_fp8: M, K, N and G must each be < 2^31 on CUDA");
+  }
+  if (m == 0 || n == 0) return ffi::Error::Success();
+  if (g == 0 || k == 0) {
+    JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
+    return ffi::Error::Success();
+  }
+  if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) ||
+      !Aligned16(out->untyped_data())) {
+    return invalid("grouped_gemm_fp8: lhs, rhs and out must be 16-byte aligned on CUDA");
+  }
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  Fp8Call c;
+  c.a = lhs.untyped_data();
+  c.a_scale = static_cast<const float*>(lhs_scale.untyped_data());
+  c.b = rhs.untyped_data();
+  c.b_scale = static_cast<const float*>(rhs_scale.untyped_data());
+  c.d = out->untyped_data();
+  c.sizes = group_sizes.typed_data();
+  c.m = m;
+  c.k = k;
+  c.n = n;
+  c.g = g;
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
+  if (a_t == ffi::DataType::F8E5M2) {
+    return DispatchFp8Tiles<cutlass::float_e5m2_t>(stream, ws, c, dev);
+  }
+  return DispatchFp8Tiles<cutlass::float_e4m3_t>(stream, ws, c, dev);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace jax_moe_ffi
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmFp8Cuda, jax_moe_ffi::cuda::GroupedGemmFp8Impl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs_scale
+                                  .Arg<xla::ffi::AnyBuffer>()                        // rhs [G,N,K]
+                                  .Arg<xla::ffi::AnyBuffer>()                        // rhs_scale
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
+                                  .Ret<xla::ffi::AnyBuffer>()                        // out
+                                  .Ret<xla::ffi::AnyBuffer>(),                       // workspace
+                              {xla::ffi::Traits::kCmdBufferCompatible});

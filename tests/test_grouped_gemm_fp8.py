@@ -1,0 +1,205 @@
+"""FP8 grouped matmul (`grouped_matmul(..., recipe=...)`): CPU path against independent NumPy float64
+references built from the quantised operands, similarity to the bf16/f32 product, gradients, the pass,
+and (marked gpu) the CUDA blockwise kernel against the CPU-style reference on the H200."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jax_moe_ffi as jmf
+from jax_moe_ffi import _registry, models
+from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+
+
+def similarity_loss(x, y):
+    """1 - 2<x,y>/(|x|^2+|y|^2): 0 for identical tensors (the issue's FP8 acceptance metric)."""
+    x = np.asarray(x, np.float64).ravel()
+    y = np.asarray(y, np.float64).ravel()
+    return 1.0 - 2.0 * np.dot(x, y) / (np.dot(x, x) + np.dot(y, y))
+
+
+def np_dequant_rows(q):
+    """QuantizedArray with 1 x 128 blocks along the last axis -> float64 (NumPy)."""
+    d = np.asarray(q.data.astype(jnp.float32), np.float64)
+    s = np.repeat(np.asarray(q.scale, np.float64), 128, axis=-1)[..., : d.shape[-1]]
+    return d * s
+
+
+def np_dequant_tiles(q):
+    d = np.asarray(q.data.astype(jnp.float32), np.float64)
+    s = np.asarray(q.scale, np.float64)
+    s = np.repeat(np.repeat(s, 128, axis=-2), 128, axis=-1)[..., : d.shape[-2], : d.shape[-1]]
+    return d * s
+
+
+def np_grouped(a, w, sizes):
+    out = np.zeros((a.shape[0], w.shape[2]))
+    start = 0
+    for g, s in enumerate(np.asarray(sizes)):
+        s = int(max(s, 0))
+        end = min(start + s, a.shape[0])
+        out[start:end] = a[start:end] @ w[g]
+        start = end
+    return out
+
+
+def random_case(seed, m, k, n, g, dtype=jnp.bfloat16, below=0):
+    rng = np.random.default_rng(seed)
+    sizes = rng.multinomial(max(m - below, 0), rng.dirichlet(np.ones(g) * 0.6)).astype(np.int32)
+    sizes[rng.random(g) < 0.2] = 0  # empty groups (their rows fall past the sum: zero rows)
+    a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    w = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), dtype)
+    return a, w, jnp.asarray(sizes)
+
+
+@given(seed=st.integers(0, 2**16), m=st.integers(1, 300), k=st.sampled_from([16, 128, 144, 256, 400]),
+       n=st.sampled_from([8, 128, 136, 256]), g=st.integers(1, 6), below=st.integers(0, 20))
+def test_blockwise_matches_numpy_of_the_quantised_operands(seed, m, k, n, g, below):
+    a, w, gs = random_case(seed, m, k, n, g, below=below)
+    out = jmf.grouped_matmul(a, w, gs, recipe="blockwise")
+    assert out.dtype == jnp.bfloat16 and out.shape == (m, n)
+    qa = jmf.quantize(a, "blockwise")
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    ref = np_grouped(np_dequant_rows(qa), np_dequant_tiles(qw), gs)
+    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    outn = np.asarray(out.astype(jnp.float32), np.float64)
+    assert np.all(outn[total:] == 0)
+    if np.linalg.norm(ref) > 0:
+        assert np.linalg.norm(outn - ref) / np.linalg.norm(ref) < 8e-3  # bf16 output rounding only
+    # and FP8 rounding keeps it close to the unquantised product
+    exact = np_grouped(np.asarray(a, np.float64), np.asarray(w.astype(jnp.float32), np.float64), gs)
+    if total and np.linalg.norm(exact) > 0 and k >= 128:
+        assert similarity_loss(outn, exact) < 2e-3
+
+
+def test_blockwise_transpose_rhs_and_f32_output():
+    a, w, gs = random_case(1, 256, 256, 128, 4)
+    out = jmf.grouped_matmul(a, w, gs, recipe="blockwise")
+    out_t = jmf.grouped_matmul(a, jnp.swapaxes(w, 1, 2), gs, recipe="blockwise", transpose_rhs=True)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(out_t, np.float32))
+    out32 = jmf.grouped_matmul(a, w, gs, recipe="blockwise", preferred_element_type=jnp.float32)
+    assert out32.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out32), np.asarray(out, np.float32), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("grad_dtype", ["e4m3", "e5m2"])
+def test_blockwise_gradients(grad_dtype):
+    a, w, gs = random_case(2, 320, 256, 256, 5, below=10)
+    dout = jnp.asarray(np.random.default_rng(3).standard_normal((320, 256)), jnp.bfloat16)
+
+    def f(a, w):
+        return jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_grad_dtype=grad_dtype)
+
+    _, vjp = jax.vjp(f, a, w)
+    da, dw = vjp(dout)
+    # dlhs: the FP8 product of the quantised gradient and the forward's quantised weight, transposed
+    qd = jmf.quantize(dout, "blockwise", dtype=grad_dtype)
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    ref_da = np_grouped(np_dequant_rows(qd), np.swapaxes(np_dequant_tiles(qw), 1, 2), gs)
+    dan = np.asarray(da.astype(jnp.float32), np.float64)
+    assert np.linalg.norm(dan - ref_da) / np.linalg.norm(ref_da) < 8e-3
+    # dw: the bf16 weight gradient (ragged contraction over the group's rows)
+    np.testing.assert_array_equal(np.asarray(dw, np.float32),
+                                  np.asarray(jmf.grouped_matmul_wgrad(a, dout, gs), np.float32))
+    exact_da = np_grouped(np.asarray(dout, np.float64), np.swapaxes(np.asarray(w.astype(jnp.float32)), 1, 2), gs)
+    assert similarity_loss(dan, exact_da) < (2e-3 if grad_dtype == "e4m3" else 8e-3)
+
+
+def test_mxfp8_is_the_bf16_product_of_mx_operands():
+    a, w, gs = random_case(4, 200, 128, 64, 3)
+    out = jax.jit(lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="mxfp8"))(a, w)
+    qa = jmf.dequantize(jmf.quantize(a, "mxfp8"), jnp.bfloat16)
+    qw = jmf.dequantize(jmf.quantize(w, "mxfp8", axis=1), jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(jmf.grouped_matmul(qa, qw, gs), np.float32))
+    assert not np.array_equal(np.asarray(out, np.float32), np.asarray(jmf.grouped_matmul(a, w, gs), np.float32))
+    da = jax.grad(lambda a: jnp.sum(jmf.grouped_matmul(a, w, gs, recipe="mxfp8").astype(jnp.float32)))(a)
+    assert da.shape == a.shape and bool(jnp.all(jnp.isfinite(da.astype(jnp.float32))))
+
+
+def test_bad_recipe_and_grad_dtype_name_the_argument():
+    a, w, gs = random_case(5, 64, 128, 64, 2)
+    with pytest.raises(ValueError, match="recipe"):
+        jmf.grouped_matmul(a, w, gs, recipe="fp4")
+    with pytest.raises(ValueError, match="fp8_grad_dtype"):
+        jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_grad_dtype="e3m4")
+    with pytest.raises(ValueError, match="contraction"):
+        jmf.grouped_matmul(a, w[:, :64], gs, recipe="blockwise")
+
+
+def test_pass_with_blockwise_recipe():
+    key = jax.random.PRNGKey(7)
+    d, f, e, k = 128, 256, 8, 2
+    p = models.init_moe_params(key, d, f, e, jnp.float32)
+    x = jax.random.normal(jax.random.PRNGKey(8), (96, d), jnp.float32)
+    fn = lambda p, x: models.dense_moe(p, x, k)
+    ref = fn(p, x)
+    fast = jmf.optimize(fn, mode="exact", recipe="blockwise")
+    out = jax.jit(fast)(p, x)
+    assert not np.array_equal(np.asarray(out), np.asarray(ref))  # FP8 did run
+    assert similarity_loss(out, ref) < 5e-3  # three chained FP8 GEMMs (gate, up, down)
+    text = str(jmf.explain(fn, p, x, recipe="blockwise"))
+    assert "recipe='blockwise'" in text
+    hlo = jax.jit(fast).lower(p, x).as_text()
+    assert "jax_moe_ffi_quantize_blockwise" in hlo
+
+
+# ------------------------------------------------------------------------------------------- GPU
+GPU_SHAPES = [(65536, 2048, 1536, 128), (65536, 768, 2048, 128), (32768, 7168, 4096, 32),
+              (32768, 2048, 7168, 32), (32768, 4096, 3072, 16)]
+
+
+def _on_gpu_reference(a, sa, bt, sb, gs):
+    return jax.jit(fp8._reference_call)(a, sa, bt, sb, gs)
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_kernel_is_loaded_and_in_the_executable():
+    assert fp8.FP8_TARGET in _registry.cuda_targets, _registry.cuda_load_error
+    a, w, gs = random_case(0, 256, 128, 128, 2)
+    text = jax.jit(lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="blockwise")).lower(a, w).compile().as_text()
+    assert f'custom_call_target="{fp8.FP8_TARGET}"' in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("lhs_fmt", ["e4m3", "e5m2"])
+def test_gpu_fp8_random_shapes_vs_reference(seed, lhs_fmt):
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 1500))
+    k = int(rng.choice([128, 256, 384, 1024, 144]))
+    n = int(rng.choice([128, 256, 520, 1024]))
+    g = int(rng.integers(1, 12))
+    a, w, gs = random_case(seed, m, k, n, g, below=int(rng.integers(0, 40)))
+    qa = jmf.quantize(a, "blockwise", dtype=lhs_fmt)
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    bt = jnp.swapaxes(qw.data, 1, 2)
+    out = jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs)
+    ref = _on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs)
+    outn, refn = np.asarray(out, np.float32), np.asarray(ref, np.float32)
+    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    assert np.all(outn[total:] == 0)
+    if total:
+        assert np.linalg.norm(outn - refn) / np.linalg.norm(refn) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_fp8_benchmark_shapes_similarity(shape):
+    m, k, n, g = shape
+    a, w, gs = random_case(11, m, k, n, g)
+    f = jax.jit(lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="blockwise"))
+    out = f(a, w)
+    ref = jax.jit(lambda a, w: jax.lax.ragged_dot(a, w, gs, preferred_element_type=jnp.float32))(a, w)
+    assert similarity_loss(out, ref) < 1e-3
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(f(a, w), np.float32))  # deterministic
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_grads_vs_bf16():
+    a, w, gs = random_case(12, 4096, 1024, 512, 8)
+    loss = lambda r: (lambda a, w: jnp.sum(jmf.grouped_matmul(a, w, gs, recipe=r).astype(jnp.float32) ** 2))
+    da, dw = jax.jit(jax.grad(loss("blockwise"), (0, 1)))(a, w)
+    ra, rw = jax.jit(jax.grad(loss(None), (0, 1)))(a, w)
+    assert similarity_loss(da, ra) < 2e-3 and similarity_loss(dw, rw) < 2e-3
