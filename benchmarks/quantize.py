@@ -3,7 +3,7 @@ operands of the `grouped_gemm` shapes of shapes.json (bf16 in).
 
 Cases (per grouped_gemm shape; `case` = "<shape> <operand> <recipe>"):
   lhs mxfp8          activations [M, K] -> MXFP8 E4M3, 32-element blocks along K (rowwise, axis=-1)
-  lhs mxfp8 colwise  the same [M, K] quantised along M (axis=-2: the wgrad operand; includes XLA's transposes)
+  lhs mxfp8 colwise  the same [M, K] quantised along M (axis=-2: the wgrad operand; a native colwise kernel, no transposes)
   lhs blockwise      activations [M, K] -> 1 x 128 blocks along K, float32 scales
   rhs blockwise      weights [G, K, N] -> 128 x 128 tiles, float32 scales
 Impls:

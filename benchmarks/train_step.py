@@ -106,16 +106,32 @@ def moe_capacity_einsum(cfg, p, x):
     return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, p["w_down"]))
 
 
-def moe_ragged_dot(cfg, p, x):
-    """Dropless anchor on XLA's ragged_dot (argsort dispatch, scatter-add combine)."""
-    t, d = x.shape
-    w, e = router(p, x, cfg)
-    order = jnp.argsort(e.reshape(-1), stable=True)
-    rows = x[order // cfg.top_k]
-    sizes = jnp.bincount(e.reshape(-1), length=cfg.experts).astype(jnp.int32)
-    h = jax.nn.silu(jax.lax.ragged_dot(rows, p["w_gate"], sizes)) * jax.lax.ragged_dot(rows, p["w_up"], sizes)
-    y = jax.lax.ragged_dot(h, p["w_down"], sizes) * w.reshape(-1)[order][:, None].astype(x.dtype)
-    return jnp.zeros((t, d), y.dtype).at[order // cfg.top_k].add(y)
+def moe_ragged(ragged_dot):
+    """A dropless MoE on a ragged_dot implementation (argsort dispatch, scatter-add combine): the anchors."""
+    def moe(cfg, p, x):
+        t, d = x.shape
+        w, e = router(p, x, cfg)
+        order = jnp.argsort(e.reshape(-1), stable=True)
+        rows = x[order // cfg.top_k]
+        sizes = jnp.bincount(e.reshape(-1), length=cfg.experts).astype(jnp.int32)
+        h = jax.nn.silu(ragged_dot(rows, p["w_gate"], sizes)) * ragged_dot(rows, p["w_up"], sizes)
+        y = ragged_dot(h, p["w_down"], sizes) * w.reshape(-1)[order][:, None].astype(x.dtype)
+        return jnp.zeros((t, d), y.dtype).at[order // cfg.top_k].add(y)
+    return moe
+
+
+def import_tokamax():
+    """tokamax's ragged_dot (Pallas Mosaic GPU) when importable, else None (see benchmarks/grouped_gemm.py)."""
+    import types
+    try:
+        for n in ("xprof", "xprof.cli", "xprof.cli.tools"):
+            sys.modules.setdefault(n, types.ModuleType(n))
+        sys.modules["xprof.cli.tools"].get_kernel_stats_tool = lambda *a, **k: None
+        import tokamax
+        return tokamax
+    except Exception as e:  # noqa: BLE001
+        print(f"tokamax not importable: {e}")
+        return None
 
 
 def make_loss(cfg, moe):
@@ -153,7 +169,7 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a tiny config for a CPU smoke run")
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--variants", default="naive,ours_exact,ours,ours_fp8,xla_ragged_dot")
+    ap.add_argument("--variants", default="naive,ours_exact,ours,ours_fp8,xla_ragged_dot,tokamax")
     args = ap.parse_args(argv)
     cfg = TINY if args.tiny else Config()
     if args.layers:
@@ -167,12 +183,19 @@ def main(argv=None):
         "ours_exact": jmf.optimize(naive_loss, mode="exact"),
         "ours": jmf.optimize(naive_loss, mode="dropless"),
         "ours_fp8": lambda: jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
-        "xla_ragged_dot": make_loss(cfg, moe_ragged_dot),
+        "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
+    tokamax = import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
+    if tokamax is not None:
+        losses["tokamax"] = make_loss(cfg, moe_ragged(
+            lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic")))
     print(jmf.explain(naive_loss, params0, data[0]))
     opt = optax.adamw(1e-3)
     rows, flops = [], model_flops(cfg)
     for name in args.variants.split(","):
+        if name not in losses:
+            print(f"{name}: not run (not available here)")
+            continue
         loss_fn = losses[name]
         if name == "ours_fp8":
             try:
@@ -187,13 +210,19 @@ def main(argv=None):
             updates, opt_state = opt.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss
 
-        params, opt_state = params0, opt.init(params0)
-        traj = []
-        for i in range(args.steps):
-            params, opt_state, loss = step(params, opt_state, data[i])
-            traj.append(float(loss))
-        ms = _common.time_ms(step, params, opt_state, data[0])
-        mem = step.lower(params, opt_state, data[0]).compile().memory_analysis()
+        try:
+            params, opt_state = params0, opt.init(params0)
+            traj = []
+            for i in range(args.steps):
+                params, opt_state, loss = step(params, opt_state, data[i])
+                traj.append(float(loss))
+            ms = _common.time_ms(step, params, opt_state, data[0])
+            mem = step.lower(params, opt_state, data[0]).compile().memory_analysis()
+        except Exception as e:  # noqa: BLE001 - one failing variant must not cost the others
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+            rows.append({"case": "tiny" if args.tiny else f"qwen3-30b-a3b x{cfg.layers} layers", "impl": name,
+                         "pass": "train_step", "groups": "routed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            continue
         peak = None if mem is None else int(getattr(mem, "temp_size_in_bytes", 0) + getattr(
             mem, "argument_size_in_bytes", 0) + getattr(mem, "output_size_in_bytes", 0))
         rows.append({"case": f"qwen3-30b-a3b x{cfg.layers} layers" if not args.tiny else "tiny", "impl": name,

@@ -302,6 +302,36 @@ def test_mxfp8_partial_blocks_and_axis_minus2():
         assert_codes_equal(codes_of(q), wc)
 
 
+COLWISE_CASES = [("mxfp8", {}), ("mxfp8", {"dtype": "e5m2"}), ("blockwise", {}), ("blockwise", {"pow2_scale": True}),
+                 ("blockwise", {"dtype": "e5m2"})]
+
+
+def _np_model(x, recipe, axis, kw):
+    fmt = kw.get("dtype", "e4m3")
+    if recipe == "mxfp8":
+        return np_mxfp8(x, fmt, axis)
+    return np_blockwise(x, fmt, axis, kw.get("block", (1, 128)), kw.get("pow2_scale", False))
+
+
+@pytest.mark.parametrize("dtype", list(IN_DTYPES))
+@pytest.mark.parametrize("recipe,kw", COLWISE_CASES)
+def test_colwise_native_matches_spec(recipe, kw, dtype):
+    """axis=-2 runs the kernels' native colwise path (blocks down the rows, no transpose in the HLO): odd row
+    counts (partial 32 / 128-row blocks), column counts not a multiple of 8, a batch, specials and tiny blocks."""
+    rng = np.random.default_rng(15)
+    for shape in [(70, 13), (129, 24), (1, 9), (2, 300, 37), (3, 33, 8)]:
+        x = random_x(rng, shape, dtype, specials=0.01)
+        x.reshape(-1)[:40] = (x.reshape(-1)[:40].astype(np.float32) * np.float32(2.0 ** -130)).astype(x.dtype)
+        q = jmf.quantize(x, recipe, axis=-2, **kw)
+        want_codes, want_scale = _np_model(x, recipe, -2, kw)
+        b = 32 if recipe == "mxfp8" else 128
+        assert q.axis == -2 and q.scale.shape == shape[:-2] + (-(-shape[-2] // b), shape[-1])
+        np.testing.assert_array_equal(np.asarray(q.scale), want_scale)
+        assert_codes_equal(codes_of(q), want_codes, x)
+    hlo = jax.jit(lambda a: jmf.quantize(a, recipe, axis=-2, **kw)).lower(x).as_text()
+    assert "transpose" not in hlo, "axis=-2 should need no transpose"
+
+
 # ---------------------------------------------------------------------- blockwise against the model
 @given(shape=st.sampled_from([(1, 1), (3, 128), (2, 129), (5, 300), (130, 200), (2, 129, 131), (256, 64)]),
        dtype=st.sampled_from(list(IN_DTYPES)), fmt=st.sampled_from(["e4m3", "e5m2"]),
@@ -553,26 +583,70 @@ def test_swizzle_bad_inputs():
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("dtype", list(IN_DTYPES))
 def test_gpu_matches_cpu_bitwise(dtype):
-    """CUDA and CPU kernels give identical bits (aligned / unaligned rows, partial blocks, specials, tiny blocks)."""
+    """CUDA and CPU kernels give identical bits (aligned / unaligned rows, partial blocks, specials, tiny blocks),
+    along axis -1 and natively along axis -2 (rows not a multiple of 32 / 128, columns not a multiple of 8)."""
     from jax_moe_ffi import _registry
 
     assert "jax_moe_ffi_quantize_mxfp8" in _registry.cuda_targets, _registry.cuda_load_error
     assert "jax_moe_ffi_quantize_blockwise" in _registry.cuda_targets
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
-    for shape in [(64, 256), (33, 7168), (5, 37), (3, 257, 130), (1, 8), (300, 1000)]:
+    for shape in [(64, 256), (33, 7168), (5, 37), (3, 257, 130), (1, 8), (300, 1000), (129, 77), (2, 161, 264),
+                  (1000, 24), (40, 3, 200)]:
         x = random_x(rng, shape, dtype, spread=60, specials=0.01)
         x.reshape(-1)[:64] = (x.reshape(-1)[:64].astype(np.float32) * np.float32(2.0 ** -135)).astype(x.dtype)
         for recipe, kw in [("mxfp8", {}), ("mxfp8", {"dtype": "e5m2"}), ("mxfp8", {"axis": -2}),
+                           ("mxfp8", {"axis": -2, "dtype": "e5m2"}), ("mxfp8", {"axis": 0}),
                            ("blockwise", {}), ("blockwise", {"pow2_scale": True}), ("blockwise", {"dtype": "e5m2"}),
+                           ("blockwise", {"axis": -2}), ("blockwise", {"axis": -2, "pow2_scale": True}),
+                           ("blockwise", {"axis": -2, "dtype": "e5m2"}),
                            ("blockwise", {"block": (128, 128)}), ("blockwise", {"block": (128, 128),
                                                                                 "pow2_scale": True})]:
             qc = jmf.quantize(jax.device_put(x, cpu), recipe, **kw)
             qg = jmf.quantize(jax.device_put(x, gpu), recipe, **kw)
             assert_codes_equal(codes_of(qg), codes_of(qc))
             np.testing.assert_array_equal(np.asarray(qg.scale), np.asarray(qc.scale))
-            if recipe == "mxfp8" and "axis" not in kw:
-                assert_codes_equal(codes_of(qg), np_mxfp8(x, kw.get("dtype", "e4m3"))[0])
+            if kw.get("axis", -1) in (-1, -2) and x.size <= 100_000:
+                want_codes, want_scale = _np_model(x, recipe, kw.get("axis", -1), kw)
+                assert_codes_equal(codes_of(qg), want_codes)
+                np.testing.assert_array_equal(np.asarray(qg.scale), want_scale)
+
+
+def _f32_sweep(rng, n):
+    """float32 bit patterns whose exponents sit within 2^-24 of their 32-element block's maximum, so every
+    FP8 rounding case (normal, subnormal, zero, saturation) occurs; a quarter are exact rounding ties."""
+    e_blk = rng.integers(1, 255, (n // 32, 1))
+    e = np.clip(e_blk - rng.integers(0, 25, (n // 32, 32)), 0, 254).astype(np.uint32)
+    man = rng.integers(0, 1 << 23, (n // 32, 32), dtype=np.uint32)
+    tie = (man & 0x7F0000) | np.where(rng.random(man.shape) < 0.5, 1 << 19, 1 << 20)  # e4m3 / e5m2 midpoints
+    man = np.where(rng.random(man.shape) < 0.25, tie, man).astype(np.uint32)
+    bits = (rng.integers(0, 2, man.shape, dtype=np.uint32) << 31) | (e << 23) | man
+    return bits.reshape(-1).view(np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
+def test_gpu_matches_cpu_bit_patterns():
+    """The GPU encodes with the hardware FP8 conversion, the CPU with integer code: every bfloat16 and float16
+    bit pattern (sorted, so blocks hold neighbours of their maximum, and shuffled), and 2^22 float32 patterns
+    near their block maxima with many exact ties, give the same bits in every recipe, rowwise and colwise."""
+    cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
+    rng = np.random.default_rng(16)
+    inputs = []
+    for dt in (ml_dtypes.bfloat16, np.float16):
+        pats = np.arange(1 << 16, dtype=np.uint16).view(dt)
+        inputs += [pats.reshape(2048, 32), rng.permutation(pats).reshape(256, 256)]
+    f32 = _f32_sweep(rng, 1 << 22)
+    inputs += [f32.reshape(-1, 1024), np.ascontiguousarray(f32.reshape(-1, 32).T)]
+    for x in inputs:
+        for recipe, kw in [("mxfp8", {}), ("mxfp8", {"dtype": "e5m2"}), ("blockwise", {}),
+                           ("blockwise", {"pow2_scale": True}), ("blockwise", {"dtype": "e5m2"}),
+                           ("blockwise", {"block": (128, 128)})]:
+            for axis in ([-1, -2] if "block" not in kw else [-1]):
+                qc = jmf.quantize(jax.device_put(x, cpu), recipe, axis=axis, **kw)
+                qg = jmf.quantize(jax.device_put(x, gpu), recipe, axis=axis, **kw)
+                assert_codes_equal(codes_of(qg), codes_of(qc), x)
+                np.testing.assert_array_equal(np.asarray(qg.scale), np.asarray(qc.scale))
 
 
 @pytest.mark.gpu

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,dispatch,moe,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,fp8,dispatch,moe,quantize,runtime,train>" [bench args]
+# Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -40,6 +41,11 @@ if [[ ",$what," == *",bench,"* ]]; then
   timeout 280 python3 benchmarks/grouped_gemm.py "$@" 2>&1 | tee "$OUT/bench.log" | tail -45
   cp benchmarks/results/grouped_gemm_h200.* "$OUT/" 2>/dev/null
 fi
+if [[ ",$what," == *",fp8,"* ]]; then
+  log "benchmark FP8 grouped gemm"
+  timeout ${T_FP8:-280} python3 benchmarks/grouped_gemm.py --recipe blockwise ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | grep -v "^W1\|^  ans_pytree" | tail -45
+  cp benchmarks/results/grouped_gemm_fp8_h200.* "$OUT/" 2>/dev/null
+fi
 if [[ ",$what," == *",dispatch,"* ]]; then
   log "benchmark dispatch"
   timeout 300 python3 benchmarks/dispatch.py 2>&1 | tee "$OUT/dispatch.log" | tail -20
@@ -52,17 +58,17 @@ if [[ ",$what," == *",moe,"* ]]; then
 fi
 if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
-  timeout 300 python3 benchmarks/quantize.py 2>&1 | tee "$OUT/quantize.log" | tail -20
+  timeout ${T_QUANTIZE:-300} python3 benchmarks/quantize.py 2>&1 | tee "$OUT/quantize.log" | tail -20
   cp benchmarks/results/quantize_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",runtime,"* ]]; then
   log "benchmark streams/offload"
-  timeout 400 python3 benchmarks/runtime.py 2>&1 | tee "$OUT/runtime.log" | tail -10
+  timeout ${T_RUNTIME:-400} python3 benchmarks/runtime.py ${RUNTIME_ARGS:-} 2>&1 | tee "$OUT/runtime.log" | tail -10
   cp benchmarks/results/runtime_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"
-  timeout 500 python3 benchmarks/train_step.py 2>&1 | tee "$OUT/train_step.log" | tail -15
+  timeout ${T_TRAIN:-500} python3 benchmarks/train_step.py ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step.log" | tail -15
   cp benchmarks/results/train_step_h200.* "$OUT/" 2>/dev/null
 fi
 log done

@@ -1,22 +1,30 @@
 // CPU FP8 quantisation (MXFP8 and DeepSeek-V3 blockwise) as typed XLA FFI handlers: the reference
 // implementation of the op family and what CI runs. Semantics: jax_moe_ffi/ops/quantize.py.
 //
-//   jax_moe_ffi_quantize_mxfp8     : x[..., C] f32|bf16|f16 -> data[..., C] f8e4m3fn|f8e5m2,
-//                                    scale[..., ceil(C/32)] u8 (E8M0: biased exponent, 127 = 2^0, 255 = NaN)
+//   jax_moe_ffi_quantize_mxfp8     : x[..., R, C] f32|bf16|f16 -> data (same shape) f8e4m3fn|f8e5m2,
+//                                    scale u8 (E8M0: biased exponent, 127 = 2^0, 255 = NaN):
+//                                    colwise = false: blocks of 32 along C, scale[..., R, ceil(C/32)]
+//                                    colwise = true : blocks of 32 along R, scale[..., ceil(R/32), C]
+//                                    attr colwise (bool)
 //   jax_moe_ffi_quantize_blockwise : x[..., R, C] -> data (same shape, fp8), scale f32:
-//                                    block_rows = 1   : scale[..., R, ceil(C/block_cols)]
+//                                    block_rows = 1   : scale[..., R, ceil(C/block_cols)], or with colwise
+//                                                       blocks along R: scale[..., ceil(R/block_cols), C]
 //                                    block_rows = 128 : scale[..., ceil(R/128), ceil(C/128)]
-//                                    attrs block_rows (1|128), block_cols (128), pow2_scale (bool)
+//                                    attrs block_rows (1|128), block_cols (128), pow2_scale (bool), colwise
+//                                    (bool, 1 x 128 blocks only)
 //
-// The kernels quantise along the LAST axis (and, for 128x128 tiles, the last two); the Python wrapper
-// moves any other axis there. The FP8 element type comes from the `data` buffer's dtype.
+// The kernels quantise along the LAST axis, along axis -2 (colwise: the "columnwise" quantisation of a
+// GEMM rhs, without a transpose) or, for 128x128 tiles, over the last two; the Python wrapper moves any
+// other axis last. The FP8 element type comes from the `data` buffer's dtype.
 //
 // Bit-exactness with cuda/quantize.cu: block maxima are integer maxima of |x| bit patterns, scale
 // exponents are read from those bits, and every FP8 encoding goes through fp8::encode_* in
-// common/dtypes.h (integer RNE + saturation). The one float operation, the blockwise quotient x / s
+// common/dtypes.h (integer RNE + saturation; the GPU uses the hardware conversion, which gives the same
+// bits for every finite float32). The one float operation, the blockwise quotient x / s
 // of the non-power-of-two recipe, is an IEEE float32 division in both (CUDA: __fdiv_rn); here it runs
 // with FTZ/DAZ cleared for the duration of the call (XLA:CPU executes with both set) so subnormal
 // inputs divide exactly as on the GPU.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -98,22 +106,35 @@ uint32_t amax_bits(const uint32_t* x, int64_t n) {
 }
 
 // ------------------------------------------------------------------------------------------ MXFP8
-// One block of n <= 32 elements (a partial last block is padded with zeros, which never change amax).
+// The E8M0 scale of a block from its max |x| bits, and how its elements are encoded.
+struct MxScale {
+  uint8_t byte;   // E8M0 scale as written
+  bool nan;       // NaN or Inf in the block: NaN scale and NaN elements
+  int32_t shift;  // otherwise elements are encode_f32_bits(x, shift)
+};
+
 template <typename F>
-void mx_block(const uint32_t* x, int64_t n, uint8_t* out, uint8_t* scale) {
-  const uint32_t amax = amax_bits(x, n);
-  if (amax >= 0x7f800000u) {  // NaN or Inf in the block: NaN scale and NaN elements
-    *scale = kE8M0NaN;
-    std::memset(out, fp8::kNaNCode, n);
-    return;
-  }
+MxScale mx_scale(uint32_t amax) {
+  if (amax >= 0x7f800000u) return MxScale{kE8M0NaN, true, 0};
   int32_t se = -127;  // all-zero block: the smallest scale, 2^-127
   if (amax != 0) {
     se = fp8::f32_floor_log2(amax) - F::kEmax;
     se = se < -127 ? -127 : (se > 127 ? 127 : se);
   }
-  *scale = static_cast<uint8_t>(se + 127);
-  for (int64_t i = 0; i < n; ++i) out[i] = fp8::encode_f32_bits<F>(x[i], -se);
+  return MxScale{static_cast<uint8_t>(se + 127), false, -se};
+}
+
+template <typename F>
+inline uint8_t mx_encode(const MxScale& s, uint32_t x) {
+  return s.nan ? fp8::kNaNCode : fp8::encode_f32_bits<F>(x, s.shift);
+}
+
+// One block of n <= 32 elements (a partial last block is padded with zeros, which never change amax).
+template <typename F>
+void mx_block(const uint32_t* x, int64_t n, uint8_t* out, uint8_t* scale) {
+  const MxScale s = mx_scale<F>(amax_bits(x, n));
+  *scale = s.byte;
+  for (int64_t i = 0; i < n; ++i) out[i] = mx_encode<F>(s, x[i]);
 }
 
 template <typename F>
@@ -130,32 +151,109 @@ void mx_all(ffi::DataType type, const void* x, int64_t rows, int64_t cols, uint8
   }
 }
 
+// Blocks of `br` rows along axis -2 of [batch, rows, cols] (colwise): each column of a band of br
+// rows is one block. scale_of(amax) gives a block's scale, store(i, scale) writes scale i and
+// encode(scale, x) encodes an element.
+template <typename Scale, typename ScaleFn, typename StoreFn, typename EncodeFn>
+void colwise_bands(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int64_t cols, int64_t br,
+                   uint8_t* data, ScaleFn scale_of, StoreFn store, EncodeFn encode) {
+  const int64_t nbr = cdiv(rows, br);
+  std::vector<uint32_t> band(br * cols), amax(cols);
+  std::vector<Scale> sc(cols);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t tr = 0; tr < nbr; ++tr) {
+      const int64_t r0 = tr * br;
+      const int64_t nr = rows - r0 < br ? rows - r0 : br;
+      const int64_t base = (b * rows + r0) * cols;  // first element of the band
+      load_bits(type, x, base, nr * cols, band.data());
+      std::fill(amax.begin(), amax.end(), 0u);
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint32_t* row = band.data() + i * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint32_t a = row[c] & 0x7fffffffu;
+          amax[c] = a > amax[c] ? a : amax[c];
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        sc[c] = scale_of(amax[c]);
+        store((b * nbr + tr) * cols + c, sc[c]);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint32_t* row = band.data() + i * cols;
+        uint8_t* out = data + base + i * cols;
+        for (int64_t c = 0; c < cols; ++c) out[c] = encode(sc[c], row[c]);
+      }
+    }
+  }
+}
+
+template <typename F>
+void mx_cols(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int64_t cols, uint8_t* data,
+             uint8_t* scale) {
+  colwise_bands<MxScale>(
+      type, x, batch, rows, cols, kMxBlock, data, [](uint32_t amax) { return mx_scale<F>(amax); },
+      [scale](int64_t i, const MxScale& s) { scale[i] = s.byte; },
+      [](const MxScale& s, uint32_t v) { return mx_encode<F>(s, v); });
+}
+
+// The [batch, rows, cols] view of x (rows = 1 for rank 1).
+void view3(ffi::AnyBuffer::Dimensions xd, int64_t* batch, int64_t* rows, int64_t* cols) {
+  const size_t rank = xd.size();
+  *cols = xd[rank - 1];
+  *rows = rank >= 2 ? xd[rank - 2] : 1;
+  *batch = 1;
+  for (size_t i = 0; i + 2 < rank; ++i) *batch *= xd[i];
+}
+
+// Shape checks shared by both targets (the same rules as cuda/quantize.cu): quantised along C
+// (colwise = false) or R (colwise = true) in blocks of `block`, or in 128 x 128 tiles; x must have rank
+// >= 2 unless quantised along C in 1 x B blocks.
+ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyBuffer::Dimensions dd,
+                        ffi::AnyBuffer::Dimensions sd, int64_t block, bool colwise, bool tiles) {
+  const size_t rank = xd.size();
+  const bool two_d = colwise || tiles;
+  if (rank < (two_d ? 2u : 1u))
+    return invalid(std::string(op) + ": x must have rank >= " + (two_d ? "2" : "1") + ", got " + dims_str(xd));
+  bool ok = dd.size() == rank && sd.size() == rank;
+  for (size_t i = 0; ok && i < rank; ++i) {
+    int64_t want = xd[i];
+    if (i + 1 == rank && !colwise) want = cdiv(xd[i], block);
+    if (i + 2 == rank && (colwise || tiles)) want = cdiv(xd[i], block);
+    ok = dd[i] == xd[i] && sd[i] == want;
+  }
+  if (!ok)
+    return invalid(std::string(op) + ": x " + dims_str(xd) + " quantised in blocks of " + std::to_string(block) +
+                   (tiles ? "x128" : colwise ? " along axis -2" : " along axis -1") +
+                   " needs data of the same shape and a matching scale, got data " + dims_str(dd) + " and scale " +
+                   dims_str(sd));
+  return ffi::Error::Success();
+}
+
 ffi::Error QuantizeMxfp8Cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
-                            ffi::Result<ffi::Buffer<ffi::U8>> scale) {
+                            ffi::Result<ffi::Buffer<ffi::U8>> scale, bool colwise) {
   auto xd = x.dimensions();
-  if (xd.size() < 1) return invalid("quantize_mxfp8: x must have rank >= 1");
   if (!is_float_type(x.element_type()))
     return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
   if (!is_fp8_type(data->element_type()))
     return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
-  auto dd = data->dimensions();
-  auto sd = scale->dimensions();
-  const int64_t cols = xd[xd.size() - 1];
-  bool ok = dd.size() == xd.size() && sd.size() == xd.size();
-  for (size_t i = 0; ok && i < xd.size(); ++i) {
-    ok = dd[i] == xd[i] && sd[i] == (i + 1 == xd.size() ? cdiv(cols, kMxBlock) : xd[i]);
-  }
-  if (!ok)
-    return invalid("quantize_mxfp8: x " + dims_str(xd) + " needs data of the same shape and scale with the last "
-                   "dimension ceil(C/32), got data " + dims_str(dd) + " and scale " + dims_str(sd));
-  const int64_t total = static_cast<int64_t>(x.element_count());
-  if (total == 0) return ffi::Error::Success();
-  const int64_t rows = total / cols;
+  if (auto e = check_shapes("quantize_mxfp8", xd, data->dimensions(), scale->dimensions(), kMxBlock, colwise, false);
+      e.failure())
+    return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
+  int64_t batch, rows, cols;
+  view3(xd, &batch, &rows, &cols);
   auto* out = static_cast<uint8_t*>(data->untyped_data());
-  if (data->element_type() == ffi::DataType::F8E4M3FN)
-    mx_all<fp8::E4M3>(x.element_type(), x.untyped_data(), rows, cols, out, scale->typed_data());
-  else
-    mx_all<fp8::E5M2>(x.element_type(), x.untyped_data(), rows, cols, out, scale->typed_data());
+  const bool e4m3 = data->element_type() == ffi::DataType::F8E4M3FN;
+  if (colwise) {
+    if (e4m3)
+      mx_cols<fp8::E4M3>(x.element_type(), x.untyped_data(), batch, rows, cols, out, scale->typed_data());
+    else
+      mx_cols<fp8::E5M2>(x.element_type(), x.untyped_data(), batch, rows, cols, out, scale->typed_data());
+  } else if (e4m3) {
+    mx_all<fp8::E4M3>(x.element_type(), x.untyped_data(), batch * rows, cols, out, scale->typed_data());
+  } else {
+    mx_all<fp8::E5M2>(x.element_type(), x.untyped_data(), batch * rows, cols, out, scale->typed_data());
+  }
   return ffi::Error::Success();
 }
 
@@ -244,9 +342,19 @@ void blockwise_tiles(ffi::DataType type, const void* x, int64_t batch, int64_t r
   }
 }
 
+// 1 x bc blocks along axis -2 (colwise).
+template <typename F>
+void blockwise_cols(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int64_t cols, int64_t bc,
+                    bool pow2, uint8_t* data, float* scale) {
+  colwise_bands<BlockScale>(
+      type, x, batch, rows, cols, bc, data, [pow2](uint32_t amax) { return block_scale<F>(amax, pow2); },
+      [scale](int64_t i, const BlockScale& s) { std::memcpy(scale + i, &s.scale_bits, 4); },
+      [](const BlockScale& s, uint32_t v) { return block_encode<F>(s, v); });
+}
+
 ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                                 ffi::Result<ffi::Buffer<ffi::F32>> scale, int64_t block_rows,
-                                int64_t block_cols, bool pow2_scale) {
+                                int64_t block_cols, bool pow2_scale, bool colwise) {
   auto xd = x.dimensions();
   if (!is_float_type(x.element_type()))
     return invalid("quantize_blockwise: x must be float32/bfloat16/float16");
@@ -256,45 +364,34 @@ ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> da
     return invalid("quantize_blockwise: blocks must be 1x128 or 128x128, got " + std::to_string(block_rows) +
                    "x" + std::to_string(block_cols));
   const bool tiles = block_rows > 1;
-  const size_t rank = xd.size();
-  if (rank < (tiles ? 2u : 1u))
-    return invalid("quantize_blockwise: x must have rank >= " + std::string(tiles ? "2" : "1") + ", got " +
-                   dims_str(xd));
-  auto dd = data->dimensions();
-  auto sd = scale->dimensions();
-  const int64_t cols = xd[rank - 1];
-  bool ok = dd.size() == rank && sd.size() == rank;
-  for (size_t i = 0; ok && i < rank; ++i) {
-    int64_t want = xd[i];
-    if (i + 1 == rank) want = cdiv(cols, block_cols);
-    if (tiles && i + 2 == rank) want = cdiv(xd[i], block_rows);
-    ok = dd[i] == xd[i] && sd[i] == want;
-  }
-  if (!ok)
-    return invalid("quantize_blockwise: x " + dims_str(xd) + " with " + std::to_string(block_rows) + "x" +
-                   std::to_string(block_cols) + " blocks needs data of the same shape and a matching scale, got "
-                   "data " + dims_str(dd) + " and scale " + dims_str(sd));
-  const int64_t total = static_cast<int64_t>(x.element_count());
-  if (total == 0) return ffi::Error::Success();
+  if (tiles && colwise) return invalid("quantize_blockwise: colwise applies to 1x128 blocks, not 128x128 tiles");
+  if (auto e = check_shapes("quantize_blockwise", xd, data->dimensions(), scale->dimensions(), block_cols, colwise,
+                            tiles);
+      e.failure())
+    return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
   ScopedIeeeDenormals ieee;
+  int64_t batch, rows, cols;
+  view3(xd, &batch, &rows, &cols);
   auto* out = static_cast<uint8_t*>(data->untyped_data());
   float* sc = scale->typed_data();
+  const ffi::DataType t = x.element_type();
+  const void* xp = x.untyped_data();
   const bool e4m3 = data->element_type() == ffi::DataType::F8E4M3FN;
   if (tiles) {
-    const int64_t rows = xd[rank - 2];
-    const int64_t batch = total / (rows * cols);
     if (e4m3)
-      blockwise_tiles<fp8::E4M3>(x.element_type(), x.untyped_data(), batch, rows, cols, block_rows, block_cols,
-                                 pow2_scale, out, sc);
+      blockwise_tiles<fp8::E4M3>(t, xp, batch, rows, cols, block_rows, block_cols, pow2_scale, out, sc);
     else
-      blockwise_tiles<fp8::E5M2>(x.element_type(), x.untyped_data(), batch, rows, cols, block_rows, block_cols,
-                                 pow2_scale, out, sc);
+      blockwise_tiles<fp8::E5M2>(t, xp, batch, rows, cols, block_rows, block_cols, pow2_scale, out, sc);
+  } else if (colwise) {
+    if (e4m3)
+      blockwise_cols<fp8::E4M3>(t, xp, batch, rows, cols, block_cols, pow2_scale, out, sc);
+    else
+      blockwise_cols<fp8::E5M2>(t, xp, batch, rows, cols, block_cols, pow2_scale, out, sc);
+  } else if (e4m3) {
+    blockwise_rows<fp8::E4M3>(t, xp, batch * rows, cols, block_cols, pow2_scale, out, sc);
   } else {
-    const int64_t rows = total / cols;
-    if (e4m3)
-      blockwise_rows<fp8::E4M3>(x.element_type(), x.untyped_data(), rows, cols, block_cols, pow2_scale, out, sc);
-    else
-      blockwise_rows<fp8::E5M2>(x.element_type(), x.untyped_data(), rows, cols, block_cols, pow2_scale, out, sc);
+    blockwise_rows<fp8::E5M2>(t, xp, batch * rows, cols, block_cols, pow2_scale, out, sc);
   }
   return ffi::Error::Success();
 }
@@ -304,9 +401,10 @@ ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> da
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu, jax_moe_ffi::QuantizeMxfp8Cpu,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., C]
-                                  .Ret<xla::ffi::AnyBuffer>()               // data [..., C] fp8
-                                  .Ret<xla::ffi::Buffer<xla::ffi::U8>>());  // scale [..., ceil(C/32)] E8M0
+                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., R, C]
+                                  .Ret<xla::ffi::AnyBuffer>()               // data, same shape, fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::U8>>()    // scale (E8M0)
+                                  .Attr<bool>("colwise"));                  // blocks along R instead of C
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu, jax_moe_ffi::QuantizeBlockwiseCpu,
                               xla::ffi::Ffi::Bind()
@@ -315,4 +413,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu, jax_moe_ffi::Quanti
                                   .Ret<xla::ffi::Buffer<xla::ffi::F32>>()   // scale
                                   .Attr<int64_t>("block_rows")              // 1 | 128
                                   .Attr<int64_t>("block_cols")              // 128
-                                  .Attr<bool>("pow2_scale"));
+                                  .Attr<bool>("pow2_scale")
+                                  .Attr<bool>("colwise"));                  // 1x128 blocks along R

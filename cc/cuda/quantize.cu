@@ -1,33 +1,52 @@
 // CUDA FP8 quantisation (MXFP8 and DeepSeek-V3 blockwise) as typed XLA FFI handlers. Same targets,
 // bindings and semantics as cpu/quantize.cc (see there and jax_moe_ffi/ops/quantize.py):
 //
-//   jax_moe_ffi_quantize_mxfp8     : x[..., C] -> data[..., C] fp8, scale[..., ceil(C/32)] u8 (E8M0)
-//   jax_moe_ffi_quantize_blockwise : x[..., R, C] -> data fp8, scale f32 ([..., R, ceil(C/128)] for 1x128,
-//                                    [..., ceil(R/128), ceil(C/128)] for 128x128); attrs block_rows,
-//                                    block_cols, pow2_scale
+//   jax_moe_ffi_quantize_mxfp8     : x[..., R, C] -> data fp8 (same shape), scale u8 (E8M0)
+//                                    colwise = false: blocks of 32 along C, scale [..., R, ceil(C/32)]
+//                                    colwise = true : blocks of 32 along R, scale [..., ceil(R/32), C]
+//   jax_moe_ffi_quantize_blockwise : x[..., R, C] -> data fp8, scale f32: 1x128 blocks along C (scale
+//                                    [..., R, ceil(C/128)]) or along R when colwise ([..., ceil(R/128), C]),
+//                                    or 128x128 tiles ([..., ceil(R/128), ceil(C/128)]); attrs block_rows,
+//                                    block_cols, pow2_scale, colwise
 //
-// Bit-identical to the CPU handlers by construction: the block maximum is the integer maximum of the
-// |x| bit patterns, scale exponents come from those bits, every FP8 encoding is fp8::encode_* from
-// common/dtypes.h (integer RNE + saturation, the same source the CPU compiles -- cuda_fp8.h is not used),
-// and the only float operations (blockwise, non-power-of-two: s = amax / fp8_max and x / s) are
-// __fdiv_rn, the IEEE round-to-nearest division the CPU computes with FTZ/DAZ cleared. The library is
-// built without --use_fast_math / -ftz=true, which this relies on.
+// Bit-identical to the CPU handlers. The block maximum is the integer maximum of the |x| bit patterns
+// and every scale is computed from those bits with the integer helpers of common/dtypes.h, as on the
+// CPU (the only float operation there, s = amax / fp8_max, is __fdiv_rn: the IEEE division). Elements
+// are encoded as fp8(x * 2^shift) (power-of-two scales: MXFP8 and pow2 blockwise) or fp8(x / s)
+// (__fdiv_rn), where fp8() is the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32: round to nearest even,
+// saturating to the largest finite value -- for every finite float32 exactly fp8::encode_f32_bits(., 0),
+// the CPU's integer encoder (checked exhaustively over all 2^32 patterns on the H200). x * 2^shift is
+// exact unless it falls below 2^-126, and anything that small encodes to +-0 either way (the smallest
+// FP8 subnormal is 2^-16), so fp8(x * 2^shift) == encode_f32_bits(x, shift). NaN/Inf blocks do not go
+// through the conversion: their codes are forced to 0x7F. Why not the integer encoder here: it costs
+// ~25 integer instructions per element, which made these kernels ALU-bound at ~55% of copy bandwidth
+// (Hopper issues 64 integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM).
+// The library is built without --use_fast_math / -ftz=true, which the float steps rely on.
 //
-// Kernels (no scratch, no host synchronisation, no device->host copies: command-buffer compatible):
-//   rowblock: 1 x B blocks along the last axis (B = 32 for MXFP8, 128 for 1x128). Each thread owns 8
-//             consecutive elements (one 16-byte load for bf16/f16, two for f32, when the row length is a
-//             multiple of 8 and the pointers are aligned; else bounds-checked scalar loads), B/8 lanes form
-//             a block and reduce the maximum with __shfl_xor_sync. grid.x covers one row's chunks,
-//             grid.y strides over rows (no 64-bit division per element).
-//   tile:     128 x 128 tiles over the last two axes, one 256-thread CTA per tile: thread t holds 8 rows
-//             (t/16 + 16 i) x 8 columns (t%16 * 8) in registers, a warp-shuffle + shared-memory reduction
-//             gives the tile maximum, then each thread encodes and stores its 64 elements.
+// Kernels (no scratch, no host synchronisation: command-buffer compatible). A chunk is 8 consecutive
+// elements of a row (one 16-byte load for bf16/f16, two for f32, when the row length is a multiple of
+// 8 and the pointers are aligned; else bounds-checked scalar loads) and 8 FP8 bytes out (one 8-byte
+// store). Grids are sized to the resident CTAs (SMs x occupancy) and loop (grid-stride).
+//   rowblock: 1 x B blocks along C (B = 32 MXFP8, 128 blockwise). B/8 adjacent lanes own one block and
+//             reduce its maximum with __shfl_xor_sync. Each thread walks the flat (row, chunk) space
+//             with the grid stride and issues kUnroll independent chunk loads before any reduction
+//             (kUnroll x 16 bytes in flight per thread; rows and chunks advance incrementally, no
+//             division in the loop).
+//   band:     a CTA of 256 threads takes 128 x 128 tiles of [R, C]: warp w covers rows 32 (w / 2) ..
+//             +32 and columns 64 (w % 2) .. +64, lane l holds 8 rows (8 (l / 8) + i) x 8 columns
+//             (8 (l % 8) + j), i.e. 8 chunk loads (128 bytes) in flight, all issued up front.
+//             colwise 32  (MXFP8 along R): per-column maxima over a warp's 32 rows (2 shuffles);
+//             colwise 128 (1x128 along R): the same, then across the 4 row warps through shared memory;
+//             tile 128x128: one maximum per CTA tile (shuffles + shared memory).
+//             One __syncthreads per tile for the latter two, with double-buffered shared memory so the
+//             next tile's loads are not held back by a second barrier.
 // A partial last block (or tile) is padded with zeros logically: missing elements are not read and
 // count as 0 in the maximum.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "common/dtypes.h"
 #include "common/ffi_helpers.h"
@@ -37,10 +56,12 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 256;
-constexpr int kMaxGridY = 65535;
+constexpr int kUnroll = 4;  // rowblock: chunks per thread in flight
+constexpr int kTile = 128;  // band kernel: rows and columns of a CTA tile
 constexpr uint32_t kF32NaNBits = 0x7fc00000u;
 constexpr uint32_t kF32OneBits = 0x3f800000u;
 constexpr uint32_t kF32MinNormalBits = 0x00800000u;
+constexpr uint32_t kNaN4 = 0x7f7f7f7fu;  // four FP8 NaN codes
 
 ffi::Error cuda_error(const char* what) {
   cudaError_t e = cudaGetLastError();
@@ -55,137 +76,192 @@ bool is_float_type(ffi::DataType t) {
 }
 bool is_fp8_type(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
 
+// ------------------------------------------------------------------------------------ PTX helpers
+__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ float f16_to_f32(uint16_t h) {  // exact (subnormals included)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// FP8 codes of two floats (RNE, saturating to +-max): lo in bits 0..7, hi in bits 8..15.
+template <typename F>
+__device__ __forceinline__ uint32_t cvt2(float lo, float hi) {
+  uint16_t d;
+  if (F::kEmax == 8)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
 // ------------------------------------------------------------------------------- input element types
+// A chunk of 8 elements lives in kW 32-bit words as loaded (bf16/f16: two per word, element 2i in the
+// low half). Maxima are taken over |x| bit patterns word by word (16-bit lanes for bf16/f16: the order
+// of |x| bits is the order of magnitudes, NaN above Inf above finite), so `abs` / `max` work on words
+// and `bits` turns one element of a word array into float32 bits.
 struct F32In {
   using S = float;
-  static __device__ __forceinline__ uint32_t bits(float v) { return __float_as_uint(v); }
-  // 8 elements from a 16-byte-aligned address.
-  static __device__ __forceinline__ void load8(const float* p, uint32_t* v) {
+  static constexpr int kW = 8;
+  static __device__ __forceinline__ void load8(const float* p, uint32_t* w) {
     const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
     const uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
   }
-};
-struct BF16In {
-  using S = uint16_t;
-  static __device__ __forceinline__ uint32_t bits(uint16_t h) { return static_cast<uint32_t>(h) << 16; }
-  static __device__ __forceinline__ void load8(const uint16_t* p, uint32_t* v) {
-    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+  static __device__ __forceinline__ void load_scalar(const float* p, int n, uint32_t* w) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = w[i] << 16;
-      v[2 * i + 1] = w[i] & 0xffff0000u;
-    }
+    for (int j = 0; j < 8; ++j) w[j] = j < n ? __float_as_uint(p[j]) : 0u;
   }
-};
-struct F16In {
-  using S = uint16_t;
-  static __device__ __forceinline__ uint32_t bits(uint16_t h) { return fp8::f16_bits_to_f32_bits(h); }
-  static __device__ __forceinline__ void load8(const uint16_t* p, uint32_t* v) {
-    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = fp8::f16_bits_to_f32_bits(static_cast<uint16_t>(w[i] & 0xffffu));
-      v[2 * i + 1] = fp8::f16_bits_to_f32_bits(static_cast<uint16_t>(w[i] >> 16));
-    }
+  static __device__ __forceinline__ uint32_t abs(uint32_t w) { return w & 0x7fffffffu; }
+  static __device__ __forceinline__ uint32_t max(uint32_t a, uint32_t b) { return a > b ? a : b; }
+  static __device__ __forceinline__ uint32_t bits(const uint32_t* m, int j) { return m[j]; }
+  static __device__ __forceinline__ float value(const uint32_t* w, int j) { return __uint_as_float(w[j]); }
+  static __device__ __forceinline__ uint32_t fold(const uint32_t* m) {  // max over the 8 elements
+    uint32_t a = max(max(m[0], m[1]), max(m[2], m[3])), b = max(max(m[4], m[5]), max(m[6], m[7]));
+    return max(a, b);
   }
 };
 
-// Loads elements [c0, c0 + 8) of a row (zeros past `cols`).
-template <typename In, bool kVec>
-__device__ __forceinline__ void load_chunk(const typename In::S* row, int64_t c0, int64_t cols, uint32_t* v) {
-  if (kVec) {  // cols % 8 == 0 and aligned: a chunk is entirely in or out
-    if (c0 < cols) {
-      In::load8(row + c0, v);
-    } else {
+template <typename Derived>
+struct Half2In {  // shared by bf16 and f16
+  using S = uint16_t;
+  static constexpr int kW = 4;
+  static __device__ __forceinline__ void load8(const uint16_t* p, uint32_t* w) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+  }
+  static __device__ __forceinline__ void load_scalar(const uint16_t* p, int n, uint32_t* w) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0;
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = 2 * i < n ? p[2 * i] : 0u, hi = 2 * i + 1 < n ? p[2 * i + 1] : 0u;
+      w[i] = lo | (hi << 16);
     }
+  }
+  static __device__ __forceinline__ uint32_t abs(uint32_t w) { return w & 0x7fff7fffu; }
+  static __device__ __forceinline__ uint32_t max(uint32_t a, uint32_t b) { return max_u16x2(a, b); }
+  static __device__ __forceinline__ uint16_t half(const uint32_t* w, int j) {
+    return static_cast<uint16_t>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
+  }
+  static __device__ __forceinline__ uint32_t bits(const uint32_t* m, int j) { return Derived::to_f32_bits(half(m, j)); }
+  static __device__ __forceinline__ uint32_t fold(const uint32_t* m) {
+    const uint32_t t = max(max(m[0], m[1]), max(m[2], m[3]));
+    const uint32_t lo = t & 0xffffu, hi = t >> 16;
+    return Derived::to_f32_bits(static_cast<uint16_t>(lo > hi ? lo : hi));
+  }
+};
+struct BF16In : Half2In<BF16In> {
+  static __device__ __forceinline__ uint32_t to_f32_bits(uint16_t h) { return static_cast<uint32_t>(h) << 16; }
+  static __device__ __forceinline__ float value(const uint32_t* w, int j) {
+    return __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
+  }
+};
+struct F16In : Half2In<F16In> {
+  static __device__ __forceinline__ uint32_t to_f32_bits(uint16_t h) { return fp8::f16_bits_to_f32_bits(h); }
+  static __device__ __forceinline__ float value(const uint32_t* w, int j) { return f16_to_f32(half(w, j)); }
+};
+
+// Loads elements [c0, c0 + 8) of a row into w (zeros past `cols`).
+template <typename In, bool kVec>
+__device__ __forceinline__ void load_chunk(const typename In::S* row, int64_t c0, int64_t cols, uint32_t* w) {
+  if (kVec && c0 < cols) {  // kVec: cols % 8 == 0 and aligned, a chunk is entirely in or out
+    In::load8(row + c0, w);
+  } else if (!kVec && c0 < cols) {
+    In::load_scalar(row + c0, static_cast<int>(cols - c0 < 8 ? cols - c0 : 8), w);
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = c0 + i < cols ? In::bits(row[c0 + i]) : 0u;
+    for (int i = 0; i < In::kW; ++i) w[i] = 0;
   }
 }
 
 template <bool kVec>
-__device__ __forceinline__ void store_chunk(uint8_t* row, int64_t c0, int64_t cols, const uint8_t* b) {
+__device__ __forceinline__ void store_chunk(uint8_t* row, int64_t c0, int64_t cols, uint2 q) {
+  if (c0 >= cols) return;
   if (kVec) {
-    if (c0 < cols) {
-      uint2 w;
-      w.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
-      w.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
-      *reinterpret_cast<uint2*>(row + c0) = w;
-    }
+    *reinterpret_cast<uint2*>(row + c0) = q;
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (c0 + i < cols) row[c0 + i] = b[i];
+      if (c0 + i < cols) row[c0 + i] = static_cast<uint8_t>((i < 4 ? q.x : q.y) >> (8 * (i % 4)));
   }
+}
+
+// Per-column maxima of |x| over rows: the word-wise maximum of abs(words).
+template <typename In>
+__device__ __forceinline__ void absmax_into(uint32_t* m, const uint32_t* w) {
+#pragma unroll
+  for (int i = 0; i < In::kW; ++i) m[i] = In::max(m[i], In::abs(w[i]));
 }
 
 // ----------------------------------------------------------------------------------- block scales
 enum Mode { kMx = 0, kDiv = 1, kPow2 = 2 };
 
-// The scale of one block from its max |x| bits, and how to encode its elements. Mirrors
-// mx_block / block_scale / block_encode of cpu/quantize.cc.
-struct Scale {
-  int kind;          // 0: NaN/Inf block, 1: blockwise zero block, 2: exponent shift, 3: division
-  int32_t shift;     // kind 2: encode x * 2^shift
-  float s;           // kind 3: x / s
-  uint32_t out;      // the scale as written: E8M0 byte (kMx) or float32 bits (blockwise)
+// How one block is encoded, from its max |x| bits. Mirrors mx_scale / block_scale of cpu/quantize.cc.
+struct Code {
+  float m;        // kMx / kPow2: elements are fp8(x * m), m = 2^shift; kDiv: fp8(x / m)
+  bool nan;       // NaN or Inf in the block: every element is the NaN code
+  uint32_t out;   // the scale as written: E8M0 byte (kMx) or float32 bits (blockwise)
 };
 
+__device__ __forceinline__ float exp2i(int32_t e) {  // 2^e for e in [-126, 127]
+  return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+}
+
 template <typename F, int kMode>
-__device__ __forceinline__ Scale block_scale(uint32_t amax) {
-  Scale r{0, 0, 1.0f, 0};
+__device__ __forceinline__ Code block_code(uint32_t amax) {
+  Code r{1.0f, false, 0};
   if (amax >= 0x7f800000u) {
-    r.kind = 0;
+    r.nan = true;
     r.out = kMode == kMx ? 0xffu : kF32NaNBits;
     return r;
   }
   if (kMode == kMx) {
-    int32_t se = -127;
+    // se in [-127, 127 - kEmax] (amax < 2^128), so the shift -se is in [-119, 127]: 2^-se is normal.
+    int32_t se = -127;  // all-zero block: elements +-0 * 2^127 = +-0
     if (amax != 0) {
       se = fp8::f32_floor_log2(amax) - F::kEmax;
-      se = se < -127 ? -127 : (se > 127 ? 127 : se);
+      se = se < -127 ? -127 : se;
     }
-    r.kind = 2;
-    r.shift = -se;
+    r.m = exp2i(-se);
     r.out = static_cast<uint32_t>(se + 127);
     return r;
   }
-  if (amax == 0) {
-    r.kind = 1;
+  if (amax == 0) {  // scale 1: x * 1 = x / 1 = +-0
     r.out = kF32OneBits;
     return r;
   }
   if (kMode == kPow2) {
-    const int32_t k = fp8::pow2_scale_exp<F>(amax);
-    r.kind = 2;
-    r.shift = -k;
+    const int32_t k = fp8::pow2_scale_exp<F>(amax);  // in [-126, 120] (amax < 2^128): 2^-k is normal
+    r.m = exp2i(-k);
     r.out = static_cast<uint32_t>(k + 127) << 23;
     return r;
   }
   constexpr float kMax = F::kEmax == 8 ? 448.0f : 57344.0f;
   uint32_t sb = __float_as_uint(__fdiv_rn(__uint_as_float(amax), kMax));
   if (sb < kF32MinNormalBits) sb = kF32MinNormalBits;
-  r.kind = 3;
-  r.s = __uint_as_float(sb);
+  r.m = __uint_as_float(sb);
   r.out = sb;
   return r;
 }
 
-template <typename F>
-__device__ __forceinline__ uint8_t encode(const Scale& sc, uint32_t x) {
-  switch (sc.kind) {
-    case 0: return fp8::kNaNCode;
-    case 1: return static_cast<uint8_t>((x >> 24) & 0x80u);
-    case 2: return fp8::encode_f32_bits<F>(x, sc.shift);
-    default: return fp8::encode_f32_bits<F>(__float_as_uint(__fdiv_rn(__uint_as_float(x), sc.s)), 0);
+// The FP8 codes of one chunk, element j with its block's factor m[j] (bytes in element order).
+template <typename In, typename F, int kMode>
+__device__ __forceinline__ uint2 encode8(const uint32_t* w, const float* m) {
+  float q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float v = In::value(w, j);
+    q[j] = kMode == kDiv ? __fdiv_rn(v, m[j]) : __fmul_rn(v, m[j]);  // __fmul_rn: never contracted
   }
+  uint2 r;
+  r.x = cvt2<F>(q[0], q[1]) | (cvt2<F>(q[2], q[3]) << 16);
+  r.y = cvt2<F>(q[4], q[5]) | (cvt2<F>(q[6], q[7]) << 16);
+  return r;
 }
 
 template <int kMode>
@@ -197,101 +273,193 @@ __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) 
 }
 
 // -------------------------------------------------------------------------------- rowblock kernel
+// x viewed as [rows, cols]; the flat chunk space rows x cpr (cpr = chunks per row, padded to whole
+// blocks) is walked with the grid stride, kUnroll chunks per thread per iteration. `iters` is the same
+// for every thread, so all lanes of a warp reach the shuffles together.
 template <typename In, typename F, int kMode, int kBlock, bool kVec>
 __global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                              int64_t cols, uint8_t* __restrict__ data,
-                                                             void* __restrict__ scale) {
+                                                             void* __restrict__ scale, int64_t iters) {
   constexpr int kLanes = kBlock / 8;  // threads per block: 4 (MXFP8) or 16 (1x128)
   const int64_t nb = (cols + kBlock - 1) / kBlock;
-  const int64_t chunks = nb * kLanes;  // chunks per row, a multiple of kLanes
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t c0 = ch * 8;
-  const bool active = ch < chunks;  // whole kLanes groups are active or not (blockDim % kLanes == 0)
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    uint32_t v[8];
-    const typename In::S* xr = x + r * cols;
-    if (active) {
-      load_chunk<In, kVec>(xr, c0, cols, v);
-    } else {
+  const int64_t cpr = nb * kLanes;  // a multiple of kLanes: a lane group never straddles two rows
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;  // a multiple of 32
+  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  int64_t r = f0 / cpr, c = f0 - (f0 / cpr) * cpr;  // this thread's next chunk
+  const int64_t dr = stride / cpr, dc = stride - dr * cpr;
+  for (int64_t it = 0; it < iters; ++it) {
+    uint32_t w[kUnroll][In::kW];
+    int64_t rr[kUnroll];
+    int64_t cc[kUnroll];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0;
+    for (int u = 0; u < kUnroll; ++u) {  // all loads first
+      rr[u] = r;
+      cc[u] = c;
+      c += dc;
+      r += dr;
+      if (c >= cpr) {
+        c -= cpr;
+        ++r;
+      }
+      if (rr[u] < rows) {
+        load_chunk<In, kVec>(x + rr[u] * cols, cc[u] * 8, cols, w[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < In::kW; ++i) w[u][i] = 0;
+      }
     }
-    uint32_t m = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t a = v[i] & 0x7fffffffu;
-      m = a > m ? a : m;
+    for (int u = 0; u < kUnroll; ++u) {
+      uint32_t a[In::kW];
+#pragma unroll
+      for (int i = 0; i < In::kW; ++i) a[i] = In::abs(w[u][i]);
+      uint32_t mx = In::fold(a);
+#pragma unroll
+      for (int o = 1; o < kLanes; o <<= 1) {
+        const uint32_t n = __shfl_xor_sync(kFull, mx, o);
+        mx = n > mx ? n : mx;
+      }
+      if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
+      const Code code = block_code<F, kMode>(mx);
+      float m[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m[j] = code.m;
+      uint2 q = encode8<In, F, kMode>(w[u], m);
+      if (code.nan) q = make_uint2(kNaN4, kNaN4);
+      store_chunk<kVec>(data + rr[u] * cols, cc[u] * 8, cols, q);
+      if (cc[u] % kLanes == 0) store_scale<kMode>(scale, rr[u] * nb + cc[u] / kLanes, code.out);
     }
-#pragma unroll
-    for (int o = 1; o < kLanes; o <<= 1) {
-      const uint32_t n = __shfl_xor_sync(kFull, m, o);
-      m = n > m ? n : m;
-    }
-    if (!active) continue;  // after the shuffles: every lane took part
-    const Scale sc = block_scale<F, kMode>(m);
-    uint8_t b[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) b[i] = encode<F>(sc, v[i]);
-    store_chunk<kVec>(data + r * cols, c0, cols, b);
-    if (ch % kLanes == 0) store_scale<kMode>(scale, r * nb + ch / kLanes, sc.out);
   }
 }
 
-// ------------------------------------------------------------------------------------ tile kernel
-constexpr int kTile = 128;
+// ------------------------------------------------------------------------------------ band kernel
+enum Band { kCol32 = 0, kCol128 = 1, kTile128 = 2 };
 
-template <typename In, typename F, int kMode, bool kVec>
-__global__ void __launch_bounds__(kThreads) tile_kernel(const typename In::S* __restrict__ x, int64_t batch,
-                                                         int64_t rows, int64_t cols, uint8_t* __restrict__ data,
-                                                         float* __restrict__ scale) {
-  __shared__ uint32_t warp_max[kThreads / 32];
+// x viewed as [batch, rows, cols], walked in 128 x 128 tiles (see the header comment for the layout).
+//   kCol32:   MXFP8 blocks of 32 rows x 1 column, scale u8 [batch, ceil(rows/32), cols]
+//   kCol128:  blockwise 128 rows x 1 column, scale f32 [batch, ceil(rows/128), cols]
+//   kTile128: blockwise 128 x 128 tiles, scale f32 [batch, ceil(rows/128), ceil(cols/128)]
+template <typename In, typename F, int kMode, int kBand, bool kVec>
+__global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __restrict__ x, int64_t rows,
+                                                         int64_t cols, uint8_t* __restrict__ data,
+                                                         void* __restrict__ scale, int64_t tiles) {
+  constexpr int kW = In::kW;
+  // kCol128: per-column maxima of each row warp ([warp row][column warp][lane column][word]);
+  // kTile128: one maximum per warp. Two buffers: tile t uses buffer t % 2.
+  __shared__ uint32_t red[2][kBand == kCol128 ? 4 * 2 * 8 * kW : kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wr = warp / 2, wc = warp % 2, sl = lane / 8, k = lane % 8;
+  const int r_in = wr * 32 + sl * 8, c_in = wc * 64 + k * 8;
   const int64_t nbr = (rows + kTile - 1) / kTile, nbc = (cols + kTile - 1) / kTile;
-  const int64_t tiles = batch * nbr * nbc;
-  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const int64_t c0_in_tile = (t % 16) * 8;
-  const int r_in_tile = t / 16;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  int buf = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, buf ^= 1) {
     const int64_t tc = tile % nbc, tr = (tile / nbc) % nbr, b = tile / (nbc * nbr);
+    const int64_t r0 = tr * kTile + r_in, c0 = tc * kTile + c_in;
     const typename In::S* xb = x + b * rows * cols;
-    const int64_t c0 = tc * kTile + c0_in_tile;
-    uint32_t v[8][8];
-    uint32_t m = 0;
+    uint32_t w[8][kW];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t r = tr * kTile + r_in_tile + 16 * i;
-      if (r < rows) {
-        load_chunk<In, kVec>(xb + r * cols, c0, cols, v[i]);
+    for (int i = 0; i < 8; ++i) {  // all 8 loads first
+      if (r0 + i < rows) {
+        load_chunk<In, kVec>(xb + (r0 + i) * cols, c0, cols, w[i]);
       } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[i][j] = 0;
+        for (int j = 0; j < kW; ++j) w[i][j] = 0;
       }
+    }
+    uint32_t cm[kW];  // per-column maxima over this thread's 8 rows
+#pragma unroll
+    for (int j = 0; j < kW; ++j) cm[j] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) absmax_into<In>(cm, w[i]);
+
+    float m[8];
+    uint32_t nan_lo = 0, nan_hi = 0;  // byte masks of NaN/Inf columns (kCol*)
+    uint8_t* db = data + b * rows * cols;
+    if (kBand == kTile128) {
+      uint32_t mx = In::fold(cm);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t n = __shfl_xor_sync(kFull, mx, o);
+        mx = n > mx ? n : mx;
+      }
+      if (lane == 0) red[buf][warp] = mx;
+      __syncthreads();
+      mx = 0;
+#pragma unroll
+      for (int v = 0; v < kThreads / 32; ++v) mx = red[buf][v] > mx ? red[buf][v] : mx;
+      const Code code = block_code<F, kMode>(mx);
+      if (threadIdx.x == 0) static_cast<uint32_t*>(scale)[tile] = code.out;  // tile = (b, tr, tc) row-major
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m[j] = code.m;
+      if (code.nan) nan_lo = nan_hi = kFull;
+    } else {
+      // Column maxima over the warp's 32 rows: lanes k, k + 8, k + 16, k + 24 hold the same columns.
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 8));
+        cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 16));
+      }
+      int64_t srow;  // row of the scale array
+      bool writer;   // this lane writes its 8 columns' scales
+      if (kBand == kCol128) {
+        uint32_t* red_w = red[buf] + ((wr * 2 + wc) * 8 + k) * kW;
+        if (sl == 0) {
+#pragma unroll
+          for (int j = 0; j < kW; ++j) red_w[j] = cm[j];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const uint32_t* red_g = red[buf] + ((g * 2 + wc) * 8 + k) * kW;
+#pragma unroll
+          for (int j = 0; j < kW; ++j) cm[j] = In::max(cm[j], red_g[j]);
+        }
+        srow = b * nbr + tr;
+        writer = wr == 0 && sl == 0;
+      } else {
+        const int64_t nb32 = (rows + 31) / 32;
+        srow = b * nb32 + tr * 4 + wr;
+        writer = sl == 0 && tr * kTile + wr * 32 < rows;
+      }
+      uint32_t out[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const uint32_t a = v[i][j] & 0x7fffffffu;
-        m = a > m ? a : m;
+        const Code code = block_code<F, kMode>(In::bits(cm, j));
+        m[j] = code.m;
+        out[j] = code.out;
+        if (code.nan) (j < 4 ? nan_lo : nan_hi) |= 0xffu << (8 * (j % 4));
+      }
+      if (writer && c0 < cols) {
+        if (kBand == kCol32) {
+          uint8_t* s = static_cast<uint8_t*>(scale) + srow * cols + c0;
+          if (kVec) {
+            *reinterpret_cast<uint2*>(s) = make_uint2(out[0] | out[1] << 8 | out[2] << 16 | out[3] << 24,
+                                                      out[4] | out[5] << 8 | out[6] << 16 | out[7] << 24);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+              if (c0 + j < cols) s[j] = static_cast<uint8_t>(out[j]);
+          }
+        } else {
+          uint32_t* s = static_cast<uint32_t*>(scale) + srow * cols + c0;
+          if (kVec) {
+            reinterpret_cast<uint4*>(s)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+            reinterpret_cast<uint4*>(s)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+              if (c0 + j < cols) s[j] = out[j];
+          }
+        }
       }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const uint32_t n = __shfl_xor_sync(kFull, m, o);
-      m = n > m ? n : m;
-    }
-    if (lane == 0) warp_max[warp] = m;
-    __syncthreads();
-    m = 0;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) m = warp_max[w] > m ? warp_max[w] : m;
-    __syncthreads();  // warp_max is reused by the next tile
-    const Scale sc = block_scale<F, kMode>(m);
-    if (t == 0) reinterpret_cast<uint32_t*>(scale)[tile] = sc.out;  // tile index = (b, tr, tc) row-major
-#pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int64_t r = tr * kTile + r_in_tile + 16 * i;
-      if (r >= rows) continue;
-      uint8_t q[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = encode<F>(sc, v[i][j]);
-      store_chunk<kVec>(data + (b * rows + r) * cols, c0, cols, q);
+      if (r0 + i >= rows) break;
+      uint2 q = encode8<In, F, kMode>(w[i], m);
+      q.x = (q.x & ~nan_lo) | (kNaN4 & nan_lo);
+      q.y = (q.y & ~nan_hi) | (kNaN4 & nan_hi);
+      store_chunk<kVec>(db + (r0 + i) * cols, c0, cols, q);
     }
   }
 }
@@ -312,75 +480,142 @@ ffi::Error with_fmt(ffi::DataType t, Fn&& f) {
   return f(fp8::E5M2{});
 }
 
-// 16-byte input loads and 8-byte stores: every row start and chunk is then aligned too.
-bool vec_ok(int64_t cols, const void* x, const void* data) {
-  return cols % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 8 == 0;
+// 16-byte input loads, 8-byte data stores and (colwise band kernels) 8/16-byte scale stores: with
+// cols % 8 == 0 every row start and chunk is then aligned too.
+bool vec_ok(int64_t cols, const void* x, const void* data, const void* scale, bool colwise) {
+  auto al = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  return cols % 8 == 0 && al(x, 16) && al(data, 8) && (!colwise || al(scale, 16));
 }
 
-// Launches the rowblock kernel for a known input type, format and mode.
-template <typename In, typename F, int kMode, int kBlock>
-ffi::Error run_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
-  const int64_t chunks = cdiv(cols, kBlock) * (kBlock / 8);
-  const int threads = static_cast<int>(chunks >= kThreads ? kThreads : cdiv(chunks, 32) * 32);
-  const dim3 grid(static_cast<unsigned>(cdiv(chunks, threads)),
-                  static_cast<unsigned>(rows < kMaxGridY ? rows : kMaxGridY));
-  const auto* xs = static_cast<const typename In::S*>(x);
-  auto* d = static_cast<uint8_t*>(data);
-  if (vec_ok(cols, x, data))
-    rowblock_kernel<In, F, kMode, kBlock, true><<<grid, threads, 0, stream>>>(xs, rows, cols, d, scale);
-  else
-    rowblock_kernel<In, F, kMode, kBlock, false><<<grid, threads, 0, stream>>>(xs, rows, cols, d, scale);
-  return cuda_error("quantize rowblock kernel");
+// CTAs of a kernel that fit on the device at once (SMs x occupancy); the occupancy is computed once.
+template <auto kKernel>
+int64_t resident_ctas() {
+  static const int per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess) {
+      cudaGetLastError();  // not sticky; fall back to one CTA per SM
+      n = 1;
+    }
+    return n > 0 ? n : 1;
+  }();
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    cudaGetLastError();
+    sms = 132;
+  }
+  return static_cast<int64_t>(per_sm) * sms;
 }
 
-template <typename In, typename F, int kMode>
-ffi::Error run_tiles(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
-                     float* scale) {
+template <typename In, typename F, int kMode, int kBlock, bool kVec>
+void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
+  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec>;
+  const int64_t chunks = rows * cdiv(cols, kBlock) * (kBlock / 8);
+  int64_t grid = cdiv(chunks, int64_t{kThreads} * kUnroll);
+  const int64_t resident = resident_ctas<kernel>();
+  if (grid > resident) grid = resident;
+  const int64_t iters = cdiv(chunks, grid * kThreads * kUnroll);
+  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
+                                                              static_cast<uint8_t*>(data), scale, iters);
+}
+
+template <typename In, typename F, int kMode, int kBand, bool kVec>
+void launch_band(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
+                 void* scale) {
+  constexpr auto kernel = band_kernel<In, F, kMode, kBand, kVec>;
   const int64_t tiles = batch * cdiv(rows, kTile) * cdiv(cols, kTile);
-  const unsigned grid = static_cast<unsigned>(tiles < (int64_t{1} << 30) ? tiles : (int64_t{1} << 30));
-  const auto* xs = static_cast<const typename In::S*>(x);
-  auto* d = static_cast<uint8_t*>(data);
-  if (vec_ok(cols, x, data))
-    tile_kernel<In, F, kMode, true><<<grid, kThreads, 0, stream>>>(xs, batch, rows, cols, d, scale);
+  int64_t grid = tiles;
+  const int64_t resident = resident_ctas<kernel>();
+  if (grid > resident) grid = resident;
+  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
+                                                              static_cast<uint8_t*>(data), scale, tiles);
+}
+
+// One quantisation: x as [batch, rows, cols] (rowblock kernels ignore the batch: rows = batch * rows).
+struct Job {
+  const void* x;
+  void* data;
+  void* scale;
+  int64_t batch, rows, cols;
+};
+
+// Only the meaningful kernels are instantiated: MXFP8 (kMx) has 32-element blocks, blockwise 128.
+template <typename In, typename F, int kMode>
+ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
+  auto go = [&](auto vec_tag) {
+    constexpr bool kVec = decltype(vec_tag)::value;
+    if constexpr (kMode == kMx) {
+      if (colwise)
+        launch_band<In, F, kMode, kCol32, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
+      else
+        launch_rowblock<In, F, kMode, 32, kVec>(stream, j.x, j.batch * j.rows, j.cols, j.data, j.scale);
+    } else {
+      if (tiles)
+        launch_band<In, F, kMode, kTile128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
+      else if (colwise)
+        launch_band<In, F, kMode, kCol128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
+      else
+        launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, j.batch * j.rows, j.cols, j.data, j.scale);
+    }
+  };
+  if (vec_ok(j.cols, j.x, j.data, j.scale, colwise))
+    go(std::true_type{});
   else
-    tile_kernel<In, F, kMode, false><<<grid, kThreads, 0, stream>>>(xs, batch, rows, cols, d, scale);
-  return cuda_error("quantize tile kernel");
+    go(std::false_type{});
+  return cuda_error("quantize kernel");
+}
+
+// Shape checks shared by both targets. Quantised along C (colwise = false) or R (colwise = true) in
+// blocks of `block`, or in 128 x 128 tiles; x must have rank >= 2 unless quantised along C in 1 x B
+// blocks. Fills the [batch, rows, cols] view of x.
+ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyBuffer::Dimensions dd,
+                        ffi::AnyBuffer::Dimensions sd, int64_t block, bool colwise, bool tiles, Job* job) {
+  const size_t rank = xd.size();
+  const bool two_d = colwise || tiles;
+  if (rank < (two_d ? 2u : 1u))
+    return invalid(std::string(op) + ": x must have rank >= " + (two_d ? "2" : "1") + ", got " + dims_str(xd));
+  bool ok = dd.size() == rank && sd.size() == rank;
+  for (size_t i = 0; ok && i < rank; ++i) {
+    int64_t want = xd[i];
+    if (i + 1 == rank && !colwise) want = cdiv(xd[i], block);
+    if (i + 2 == rank && (colwise || tiles)) want = cdiv(xd[i], block);
+    ok = dd[i] == xd[i] && sd[i] == want;
+  }
+  if (!ok)
+    return invalid(std::string(op) + ": x " + dims_str(xd) + " quantised in blocks of " + std::to_string(block) +
+                   (tiles ? "x128" : colwise ? " along axis -2" : " along axis -1") +
+                   " needs data of the same shape and a matching scale, got data " + dims_str(dd) + " and scale " +
+                   dims_str(sd));
+  job->cols = xd[rank - 1];
+  job->rows = rank >= 2 ? xd[rank - 2] : 1;
+  job->batch = 1;
+  for (size_t i = 0; i + 2 < rank; ++i) job->batch *= xd[i];
+  return ffi::Error::Success();
 }
 
 // ------------------------------------------------------------------------------------- handlers
 ffi::Error QuantizeMxfp8Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
-                             ffi::Result<ffi::Buffer<ffi::U8>> scale) {
-  auto xd = x.dimensions();
-  if (xd.size() < 1) return invalid("quantize_mxfp8: x must have rank >= 1");
+                             ffi::Result<ffi::Buffer<ffi::U8>> scale, bool colwise) {
   if (!is_float_type(x.element_type())) return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
   if (!is_fp8_type(data->element_type()))
     return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
-  auto dd = data->dimensions();
-  auto sd = scale->dimensions();
-  const int64_t cols = xd[xd.size() - 1];
-  bool ok = dd.size() == xd.size() && sd.size() == xd.size();
-  for (size_t i = 0; ok && i < xd.size(); ++i)
-    ok = dd[i] == xd[i] && sd[i] == (i + 1 == xd.size() ? cdiv(cols, 32) : xd[i]);
-  if (!ok)
-    return invalid("quantize_mxfp8: x " + dims_str(xd) + " needs data of the same shape and scale with the last "
-                   "dimension ceil(C/32), got data " + dims_str(dd) + " and scale " + dims_str(sd));
-  const int64_t total = static_cast<int64_t>(x.element_count());
-  if (total == 0) return ffi::Error::Success();
-  const int64_t rows = total / cols;
+  Job job{x.untyped_data(), data->untyped_data(), scale->untyped_data(), 0, 0, 0};
+  if (auto e = check_shapes("quantize_mxfp8", x.dimensions(), data->dimensions(), scale->dimensions(), 32, colwise,
+                            false, &job);
+      e.failure())
+    return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
   return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
     using In = decltype(in_tag);
     return with_fmt(data->element_type(), [&](auto fmt_tag) -> ffi::Error {
-      using F = decltype(fmt_tag);
-      return run_rowblock<In, F, kMx, 32>(stream, x.untyped_data(), rows, cols, data->untyped_data(),
-                                          scale->typed_data());
+      return run<In, decltype(fmt_tag), kMx>(stream, job, colwise, false);
     });
   });
 }
 
 ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                                  ffi::Result<ffi::Buffer<ffi::F32>> scale, int64_t block_rows, int64_t block_cols,
-                                 bool pow2_scale) {
-  auto xd = x.dimensions();
+                                 bool pow2_scale, bool colwise) {
   if (!is_float_type(x.element_type())) return invalid("quantize_blockwise: x must be float32/bfloat16/float16");
   if (!is_fp8_type(data->element_type()))
     return invalid("quantize_blockwise: data must be float8_e4m3fn or float8_e5m2");
@@ -388,41 +623,18 @@ ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Res
     return invalid("quantize_blockwise: blocks must be 1x128 or 128x128, got " + std::to_string(block_rows) + "x" +
                    std::to_string(block_cols));
   const bool tiles = block_rows > 1;
-  const size_t rank = xd.size();
-  if (rank < (tiles ? 2u : 1u))
-    return invalid("quantize_blockwise: x must have rank >= " + std::string(tiles ? "2" : "1") + ", got " +
-                   dims_str(xd));
-  auto dd = data->dimensions();
-  auto sd = scale->dimensions();
-  const int64_t cols = xd[rank - 1];
-  bool ok = dd.size() == rank && sd.size() == rank;
-  for (size_t i = 0; ok && i < rank; ++i) {
-    int64_t want = xd[i];
-    if (i + 1 == rank) want = cdiv(cols, block_cols);
-    if (tiles && i + 2 == rank) want = cdiv(xd[i], block_rows);
-    ok = dd[i] == xd[i] && sd[i] == want;
-  }
-  if (!ok)
-    return invalid("quantize_blockwise: x " + dims_str(xd) + " with " + std::to_string(block_rows) + "x" +
-                   std::to_string(block_cols) + " blocks needs data of the same shape and a matching scale, got "
-                   "data " + dims_str(dd) + " and scale " + dims_str(sd));
-  const int64_t total = static_cast<int64_t>(x.element_count());
-  if (total == 0) return ffi::Error::Success();
+  if (tiles && colwise) return invalid("quantize_blockwise: colwise applies to 1x128 blocks, not 128x128 tiles");
+  Job job{x.untyped_data(), data->untyped_data(), scale->untyped_data(), 0, 0, 0};
+  if (auto e = check_shapes("quantize_blockwise", x.dimensions(), data->dimensions(), scale->dimensions(), 128,
+                            colwise, tiles, &job);
+      e.failure())
+    return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
   return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
     using In = decltype(in_tag);
     return with_fmt(data->element_type(), [&](auto fmt_tag) -> ffi::Error {
       using F = decltype(fmt_tag);
-      void* d = data->untyped_data();
-      float* s = scale->typed_data();
-      if (tiles) {
-        const int64_t rows = xd[rank - 2];
-        const int64_t batch = total / (rows * cols);
-        return pow2_scale ? run_tiles<In, F, kPow2>(stream, x.untyped_data(), batch, rows, cols, d, s)
-                          : run_tiles<In, F, kDiv>(stream, x.untyped_data(), batch, rows, cols, d, s);
-      }
-      const int64_t rows = total / cols;
-      return pow2_scale ? run_rowblock<In, F, kPow2, 128>(stream, x.untyped_data(), rows, cols, d, s)
-                        : run_rowblock<In, F, kDiv, 128>(stream, x.untyped_data(), rows, cols, d, s);
+      return pow2_scale ? run<In, F, kPow2>(stream, job, colwise, tiles) : run<In, F, kDiv>(stream, job, colwise, tiles);
     });
   });
 }
@@ -433,9 +645,10 @@ ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Res
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cuda, jax_moe_ffi::QuantizeMxfp8Cuda,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()              // x [..., C]
-                                  .Ret<xla::ffi::AnyBuffer>()              // data [..., C] fp8
-                                  .Ret<xla::ffi::Buffer<xla::ffi::U8>>(),  // scale [..., ceil(C/32)] E8M0
+                                  .Arg<xla::ffi::AnyBuffer>()              // x [..., R, C]
+                                  .Ret<xla::ffi::AnyBuffer>()              // data, same shape, fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::U8>>()   // scale (E8M0)
+                                  .Attr<bool>("colwise"),                  // blocks along R instead of C
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCuda, jax_moe_ffi::QuantizeBlockwiseCuda,
@@ -446,5 +659,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCuda, jax_moe_ffi::Quant
                                   .Ret<xla::ffi::Buffer<xla::ffi::F32>>()   // scale
                                   .Attr<int64_t>("block_rows")              // 1 | 128
                                   .Attr<int64_t>("block_cols")              // 128
-                                  .Attr<bool>("pow2_scale"),
+                                  .Attr<bool>("pow2_scale")
+                                  .Attr<bool>("colwise"),                   // 1x128 blocks along R
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -35,10 +35,11 @@ Recipes (DESIGN.md "Op contracts"; FFI targets `jax_moe_ffi_quantize_mxfp8` and
     (what every blockwise implementation computes); power-of-two s: exact, one rounding.
   * all-zero block: scale 1.0, elements +-0. NaN or Inf in a block: scale NaN, elements NaN (as above).
 
-Layout / axes: the kernels quantise along the LAST axis (128 x 128: the last two). Any other `axis` is moved
-there by the wrapper: XLA transposes x before the call and data and scale after it (one extra read + write
-of each when axis != -1; for axis = -2 of a 2-D operand that is the "columnwise" quantisation of the GEMM
-rhs). `QuantizedArray.axis` is stored as a negative index so it stays right under `jax.vmap`.
+Layout / axes: the kernels quantise along the last axis or, natively, along axis -2 (the "columnwise"
+quantisation of a GEMM rhs [..., K, N] along K: data keeps x's layout, scale is [..., ceil(K / B), N]);
+128 x 128 tiles cover the last two. Any other `axis` is moved last by the wrapper: XLA transposes x before
+the call and data and scale after it (one extra read + write of each). `QuantizedArray.axis` is stored as a
+negative index so it stays right under `jax.vmap`.
 
 Differentiation: quantize is not differentiable here (issue 6 gives gradients only to the FP8 grouped GEMM's
 custom_vjp). Differentiating through it raises a TypeError that says so; `jax.lax.stop_gradient` on the input
@@ -174,42 +175,58 @@ def _on_platforms(ffi_fn, fallback_fn, target: str, *args):
     return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
 
 
-def _mxfp8_last(x, fmt: str):
-    """(data, scale) of x quantised along its last axis."""
+def _colwise_fallback(fn):
+    """A last-axis reference `fn` applied along axis -2 (the colwise kernels' layout)."""
+    def run(a):
+        data, scale = fn(jnp.swapaxes(a, -1, -2))
+        return jnp.swapaxes(data, -1, -2), jnp.swapaxes(scale, -1, -2)
+    return run
+
+
+def _mxfp8_call(x, fmt: str, colwise: bool):
+    """(data, scale) of x quantised along its last axis, or along axis -2 when `colwise` (no transpose:
+    data keeps x's layout, scale is x.shape[:-2] + (ceil(R / 32), C))."""
     from jax_moe_ffi import reference
 
-    n = x.shape[-1]
-    out = (jax.ShapeDtypeStruct(x.shape, FP8_DTYPES[fmt]),
-           jax.ShapeDtypeStruct(x.shape[:-1] + (-(-n // MX_BLOCK),), jnp.uint8))
+    if colwise:
+        sshape = x.shape[:-2] + (-(-x.shape[-2] // MX_BLOCK), x.shape[-1])
+    else:
+        sshape = x.shape[:-1] + (-(-x.shape[-1] // MX_BLOCK),)
+    out = (jax.ShapeDtypeStruct(x.shape, FP8_DTYPES[fmt]), jax.ShapeDtypeStruct(sshape, jnp.uint8))
     call = jax.ffi.ffi_call(MXFP8_TARGET, out, vmap_method="broadcast_all")
 
     def ffi_fn(a):
-        return tuple(call(a))
+        return tuple(call(a, colwise=np.bool_(colwise)))
 
     def xla_fn(a):
         return reference.quantize_mxfp8_last_axis_reference(a, fmt)
 
-    return _on_platforms(ffi_fn, xla_fn, MXFP8_TARGET, x)
+    return _on_platforms(ffi_fn, _colwise_fallback(xla_fn) if colwise else xla_fn, MXFP8_TARGET, x)
 
 
-def _blockwise_last(x, fmt: str, block: tuple, pow2_scale: bool):
-    """(data, scale) of x quantised in 1 x 128 blocks along the last axis or 128 x 128 tiles over the last two."""
+def _blockwise_call(x, fmt: str, block: tuple, pow2_scale: bool, colwise: bool):
+    """(data, scale) of x quantised in 1 x 128 blocks along the last axis (along axis -2 when `colwise`:
+    scale x.shape[:-2] + (ceil(R / 128), C)) or in 128 x 128 tiles over the last two."""
     from jax_moe_ffi import reference
 
     br, bc = block
-    sshape = x.shape[:-1] + (-(-x.shape[-1] // bc),)
+    if colwise:
+        sshape = x.shape[:-2] + (-(-x.shape[-2] // bc), x.shape[-1])
+    else:
+        sshape = x.shape[:-1] + (-(-x.shape[-1] // bc),)
     if br > 1:
         sshape = x.shape[:-2] + (-(-x.shape[-2] // br), sshape[-1])
     out = (jax.ShapeDtypeStruct(x.shape, FP8_DTYPES[fmt]), jax.ShapeDtypeStruct(sshape, jnp.float32))
     call = jax.ffi.ffi_call(BLOCKWISE_TARGET, out, vmap_method="broadcast_all")
 
     def ffi_fn(a):
-        return tuple(call(a, block_rows=np.int64(br), block_cols=np.int64(bc), pow2_scale=np.bool_(pow2_scale)))
+        return tuple(call(a, block_rows=np.int64(br), block_cols=np.int64(bc), pow2_scale=np.bool_(pow2_scale),
+                          colwise=np.bool_(colwise)))
 
     def xla_fn(a):
         return reference.quantize_blockwise_last_axis_reference(a, fmt, block, pow2_scale)
 
-    return _on_platforms(ffi_fn, xla_fn, BLOCKWISE_TARGET, x)
+    return _on_platforms(ffi_fn, _colwise_fallback(xla_fn) if colwise else xla_fn, BLOCKWISE_TARGET, x)
 
 
 # ----------------------------------------------------------------------------------- quantize
@@ -222,12 +239,15 @@ _NOT_DIFFERENTIABLE = (
 
 @partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5))
 def _quantize(x, recipe, axis, fmt, block, pow2_scale):
-    moved = axis != -1 and block[0] == 1
+    # axis -1 and -2 are native to the kernels (-2: "colwise", blocks down the rows); any other axis is
+    # moved last around the call (XLA transposes).
+    colwise = axis == -2 and block[0] == 1
+    moved = axis not in (-1, -2) and block[0] == 1
     xt = jnp.moveaxis(x, axis, -1) if moved else x
     if recipe == "mxfp8":
-        data, scale = _mxfp8_last(xt, fmt)
+        data, scale = _mxfp8_call(xt, fmt, colwise)
     else:
-        data, scale = _blockwise_last(xt, fmt, block, pow2_scale)
+        data, scale = _blockwise_call(xt, fmt, block, pow2_scale, colwise)
     if moved:
         data = jnp.moveaxis(data, -1, axis)
         scale = jnp.moveaxis(scale, -1, axis)
@@ -247,7 +267,7 @@ def quantize(x, recipe: str, *, axis: int = -1, dtype="e4m3", block=None, pow2_s
       x: float32 / bfloat16 / float16 array, rank >= 1 (>= 2 for 128 x 128 tiles).
       recipe: "mxfp8" (OCP MX v1.0: 32-element blocks, E8M0 scales) or "blockwise" (DeepSeek-V3: float32
         scales over 1 x 128 or 128 x 128 blocks).
-      axis: the axis the blocks run along (the GEMM contraction axis); any axis, -1 needs no transpose.
+      axis: the axis the blocks run along (the GEMM contraction axis); any axis, -1 and -2 need no transpose.
       dtype: "e4m3" (float8_e4m3fn, default) or "e5m2" (float8_e5m2, e.g. for gradients).
       block: mxfp8: 32 (the only size). blockwise: (1, 128) (default) or (128, 128) (tiles over the last two
         dimensions; `axis` must be -1 or -2).
