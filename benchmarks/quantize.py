@@ -7,7 +7,7 @@ Cases (per grouped_gemm shape; `case` = "<shape> <operand> <recipe>"):
   lhs blockwise      activations [M, K] -> 1 x 128 blocks along K, float32 scales
   rhs blockwise      weights [G, K, N] -> 128 x 128 tiles, float32 scales
 Impls:
-  ours           jax_moe_ffi.quantize (the FFI kernel; XLA transposes around it for colwise)
+  ours           jax_moe_ffi.quantize (the FFI kernel; native colwise for axis=-2)
   xla_reference  jax_moe_ffi.reference.quantize_reference (the same bits in pure JAX: the GPU fallback)
   naive          what a JAX user writes: per-block amax, x / scale, clip, astype(float8) (not bit-exact)
   copy           y = 2 * a over a bf16 array of half the bytes below (same bytes read + written)
