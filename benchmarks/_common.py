@@ -104,7 +104,7 @@ def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title
     RESULTS.mkdir(parents=True, exist_ok=True)
     base = RESULTS / name
     base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    cols = ["case", "impl", "pass", "groups", "ms", value_key] + sorted(
+    cols = list(dict.fromkeys(["case", "impl", "pass", "groups", "ms", value_key])) + sorted(
         {k for r in rows for k in r} - {"case", "impl", "pass", "groups", "ms", value_key})
     lines = [f"# {title}", "", f"Command: `{meta['command']}`  ", f"Commit: `{meta['git_commit']}`  ",
              f"Device: {meta['device']} ({meta['backend']}), jax {meta['jax']}, jaxlib {meta['jaxlib']}, "

@@ -5,14 +5,18 @@ Rows carry ms, peak_bytes (compiled memory analysis) and offloaded_bytes.
 
   python benchmarks/runtime.py                 # GPU (deepseek-v3-ep8-local layer shape, 4 layers, bf16)
   python benchmarks/runtime.py --cpu-scale 32  # CPU smoke run
+  python benchmarks/runtime.py --no-scan       # diagnostic: layers unrolled in Python instead of lax.scan
+  python benchmarks/runtime.py --variants ours_streams --xla-options loop_double_buffering
 
 Writes benchmarks/results/runtime_<machine>.{json,md}. XLA flags must be set before the backend starts,
-so this script applies them first (recorded in the JSON).
+so this script applies them first (recorded in the JSON). Each variant is measured on its own: one that
+fails to compile or run is recorded as a row with `error` (and printed), and the others are still measured.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -21,13 +25,26 @@ import _common  # noqa: E402
 from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backend)
 
 
+# name -> (optimize(streams=), optimize(offload=))
+VARIANTS = {"ours": (False, None), "ours_streams": (True, None), "ours_offload": (False, "pinned_host")}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu-scale", type=int, default=0)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--case", default="deepseek-v3-ep8-local")
+    ap.add_argument("--no-scan", action="store_true", help="unroll the layers in Python (no lax.scan)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    ap.add_argument("--xla-options", default="",
+                    help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
+                         "loop_double_buffering,pipelined_host_offload")
     args = ap.parse_args(argv)
-    flags = runtime.apply_xla_flags() if not args.cpu_scale else []
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:
+        ap.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    options = {o: True for o in args.xla_options.split(",") if o}
+    flags = runtime.apply_xla_flags(**options) if not args.cpu_scale else []
 
     import jax
     import jax.numpy as jnp
@@ -59,26 +76,44 @@ def main(argv=None):
         fast_block = jmf.optimize(block, streams=streams, offload=offload)
         body = jax.checkpoint(fast_block, policy=fast_block.offload_policy) if offload else jax.checkpoint(fast_block)
 
+        def layers(ps, x):
+            if not args.no_scan:
+                return jax.lax.scan(body, x, ps)[0]
+            for i in range(args.layers):  # the --no-scan diagnostic: same layers, no while loop
+                x = body(x, jax.tree.map(lambda a: a[i], ps))[0]
+            return x
+
         def loss(ps, x):
-            return jnp.sum(jax.lax.scan(body, x, ps)[0].astype(jnp.float32) ** 2)
+            return jnp.sum(layers(ps, x).astype(jnp.float32) ** 2)
         return loss
 
     rows = []
-    for name, streams, offload in (("ours", False, None), ("ours_streams", True, None),
-                                   ("ours_offload", False, "pinned_host")):
-        loss = variant(streams, offload)
-        step = jax.jit(jax.value_and_grad(loss, (0, 1)))
-        ms = _common.time_ms(step, stacked, x)
-        mem = runtime.memory_report(jax.value_and_grad(loss, (0, 1)), stacked, x)
-        off = runtime.offloaded_bytes(loss, stacked, x)
-        rows.append({"case": args.case, "impl": name, "pass": "fwd_bwd", "groups": "routed", "ms": ms,
-                     "peak_bytes": mem.get("peak_bytes"), "peak_source": mem.get("peak_source"),
-                     "offloaded_bytes": off, "device_peak_bytes": runtime.device_peak_bytes()})
-        print(f"{name:>14}: {ms:9.3f} ms  peak {mem.get('peak_bytes')} B  offloaded {off} B", flush=True)
+    for name in args.variants.split(","):
+        streams, offload = VARIANTS[name]
+        row = {"case": args.case, "impl": name, "pass": "fwd_bwd", "groups": "routed", "ms": None,
+               "scan": not args.no_scan}
+        try:
+            loss = variant(streams, offload)
+            step = jax.jit(jax.value_and_grad(loss, (0, 1)))
+            ms = _common.time_ms(step, stacked, x)
+            mem = runtime.memory_report(jax.value_and_grad(loss, (0, 1)), stacked, x)
+            off = runtime.offloaded_bytes(loss, stacked, x)
+            row.update(ms=ms, peak_bytes=mem.get("peak_bytes"), peak_source=mem.get("peak_source"),
+                       offloaded_bytes=off, device_peak_bytes=runtime.device_peak_bytes())
+            print(f"{name:>14}: {ms:9.3f} ms  peak {mem.get('peak_bytes')} B  offloaded {off} B", flush=True)
+        except Exception as e:  # noqa: BLE001  (record the failure, measure the other variants)
+            row["error"] = " ".join(f"{type(e).__name__}: {e}".split()).replace("|", "/")[:2000]  # one table cell
+            print(f"{name:>14}: FAILED {row['error'][:600]}", flush=True)
+            traceback.print_exc(limit=3)
+        rows.append(row)
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/runtime.py"] + argv)
     meta["xla_flags"] = flags
     meta["layers"] = args.layers
-    path = _common.write_results(f"runtime_{_common.machine_tag()}", meta, rows, "ms",
+    meta["scan"] = not args.no_scan
+    meta["xla_options"] = sorted(options)
+    meta["failed"] = [r["impl"] for r in rows if "error" in r]
+    path = _common.write_results(f"runtime_{_common.machine_tag()}" + ("_noscan" if args.no_scan else ""), meta,
+                                 rows, "ms",
                                  "Streams and host offload (fwd+bwd ms)")
     print(f"wrote {path}")
 

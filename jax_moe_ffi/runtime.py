@@ -9,6 +9,9 @@ What the rewrite pass (`jax_moe_ffi.rewrite.optimize(..., streams=, offload=)`) 
   installed JAX has no function-form ``compute_on`` it returns ``fn`` itself and warns once.
   ``streams_supported()`` says which case applies. Nested ``on_stream`` calls run on the outer stream
   (JAX forbids nested ``compute_on``). Suggested ids: ``SHARED_EXPERT_STREAM``, ``DISPATCH_STREAM``.
+  Only that outer ``call`` carries the annotation: ``fn`` is traced with JAX's per-op compute type unset, so
+  no op inside the region, and nothing in a computation nested in it, is annotated (see "Why only the call"
+  below; where that setting is missing, ``on_stream`` is a no-op with a warning).
 - ``tag(x, name) -> x``: ``jax.ad_checkpoint.checkpoint_name`` with the ``"jax_moe_ffi/"`` prefix; tag
   MoE intermediates with the names in ``OFFLOAD_NAMES`` (``"moe_dispatched_rows"``, ``"moe_expert_hidden"``,
   ``"moe_expert_out"``). An identity outside ``jax.checkpoint``.
@@ -23,6 +26,42 @@ PJRT plugins), ``memory_report(fn, *args)`` (compiled memory analysis), ``offloa
 (bytes of residuals kept in host memory), ``device_peak_bytes()`` (``Device.memory_stats()``) and
 ``lowered_text(fn, *args, platform=)`` (StableHLO, also cross-lowered for ``"cuda"`` from a CPU machine).
 
+Why only the call. With JAX 0.11.2 and ``--xla_gpu_experimental_stream_annotation=true`` on an H200, a combine
+under ``on_stream`` inside ``lax.scan`` + ``jax.checkpoint`` + ``grad`` failed to compile with "NOT_FOUND: No
+ExecutionStreamId found for %call-start.9 ... only reachable through embedded calls". The chain (steps 2-3 as
+seen in the HLO that XLA dumped before ExplicitStreamAnnotationAsyncWrapper on the H200; step 4 from XLA's source):
+
+1. JAX's function-form ``compute_on`` traces ``fn`` under ``extend_compute_type("gpu_stream:N")``
+   (jax/_src/compute_on.py), so every equation inside records ``ctx.compute_type``, and
+   ``mlir.lower_per_platform`` -> ``wrap_compute_type_in_place`` (jax/_src/interpreters/mlir.py) puts
+   ``_xla_stream_annotation="N", inlineable="false"`` on *every* op it lowers -- also on the ops inside the
+   ``stablehlo.case`` that ``lax.platform_dependent`` (``ops._common.on_platforms``) stages, and inside
+   out-of-line ``func.call``s (``jnp.where``, ``jax.nn.silu``, ...).
+2. The case keeps one branch for the one platform lowered for. Under ``grad`` + ``scan`` its index is a
+   residual that enters the loop body as a parameter, so it is not folded away (without scan it is, and the same
+   region compiles); XLA replaced the one-branch conditional by a ``call`` of its branch that carries the
+   conditional's attributes and stays un-inlined (CallInliner keeps stream-annotated calls when the flag is on):
+   ``%call = call(%cond.8.0), to_apply=%region_7.20,
+   frontend_attributes={_xla_stream_annotation="2",inlineable="false"}`` inside the compute_on computation,
+   with the annotated ``jax_moe_ffi_combine`` custom call in ``%region_7.20``.
+3. ``ExplicitStreamAnnotationAsyncWrapper`` (xla/backends/gpu/transforms/
+   explicit_stream_annotation_async_wrapper.cc, post-fusion) makes *every* annotated instruction async, callers
+   first: the outer compute_on call becomes a call-start, and ``ClearSchedulingAnnotations`` clears the
+   annotations of the instructions *directly* in its called computation only -- so the branch call stays a plain
+   call, but the custom call one level further down is still annotated, is wrapped by ``CreateCallInstruction``
+   into ``%called_computation.5`` (hence a call-start carrying the ffi_call's metadata) and becomes a second
+   call-start nested inside the first one's async computation.
+4. ``ExecutionStreamAssignment`` (xla/service/gpu/execution_stream_assignment.cc) walks from ENTRY, gives ids to
+   scope-start ops and descends only through kCall/kConditional/kWhile -- never into an async-start's wrapped
+   computation -- so the nested call-start has no id and ``GetExecutionStreamId`` fails while emitting thunks.
+
+So the culprit is an annotated instruction in a computation nested *inside* the annotated call (here the
+platform-dependent conditional's branch); the while loop only keeps that conditional alive, and while-loop double
+buffering is not involved. Tracing ``fn`` with the compute type unset leaves the annotation on the one ``call``
+that ``_compute_on_lowering`` emits (XLA clears inner annotations itself anyway); the conditional, now
+unannotated, is inlined by XLA as usual (none is left in the compiled H200 HLO), and the whole called
+computation runs on the annotated stream.
+
 What a CPU machine can show: stream annotations in the lowered and compiled HLO; offload as host-memory
 residuals in the jaxpr and as ``annotate_device_placement`` custom calls (``_xla_buffer_placement =
 "pinned_host"``) in StableHLO lowered for ``cuda``. JAX lowers the offload to nothing on CPU, so the CPU
@@ -30,6 +69,7 @@ compiled HLO and memory analysis do not change; the memory saving is measured on
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import importlib.util
@@ -46,8 +86,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
-           "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES", "PREFIX",
-           "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
+           "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
+           "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
            "device_peak_bytes", "lowered_text"]
 
 # ============================================================================================ XLA flags
@@ -196,7 +236,28 @@ def _compute_on_impl():
 
 def streams_supported() -> bool:
     """Whether ``on_stream`` can annotate streams with the installed JAX."""
-    return _compute_on_impl() is not None
+    return _compute_on_impl() is not None and _compute_type_config() is not None
+
+
+def _compute_type_config():
+    """JAX's per-equation compute-type setting (``jax._src.config.compute_on_context_manager``, private), or None
+    where this JAX has none. ``core.JaxprEqnContext`` reads it for every equation it records."""
+    try:
+        from jax._src import config as jax_config
+        cm = jax_config.compute_on_context_manager
+    except (ImportError, AttributeError):
+        return None
+    return cm if hasattr(cm, "swap_local") and hasattr(cm, "set_local") else None
+
+
+@contextlib.contextmanager
+def _compute_type_unset(cm):
+    """Traces with no compute type, so ``mlir.wrap_compute_type_in_place`` annotates none of the ops traced."""
+    prev = cm.swap_local(None)
+    try:
+        yield
+    finally:
+        cm.set_local(prev)
 
 
 def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
@@ -208,11 +269,17 @@ def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
         _warn_once("on_stream", f"jax_moe_ffi.runtime.on_stream: JAX {jax.__version__} has no function-form "
                                 "compute_on; stream placement is a no-op")
         return fn
+    cm = _compute_type_config()
+    if cm is None:  # annotated inner ops would not compile on GPU (module docstring): rather no placement
+        _warn_once("on_stream", f"jax_moe_ffi.runtime.on_stream: JAX {jax.__version__} has no compute-type "
+                                "config to clear inside the region; stream placement is a no-op")
+        return fn
 
     def body(args, kwargs):
         _local.depth = getattr(_local, "depth", 0) + 1
         try:
-            return fn(*args, **kwargs)
+            with _compute_type_unset(cm):  # only the compute_on call is annotated ("Why only the call")
+                return fn(*args, **kwargs)
         finally:
             _local.depth -= 1
 

@@ -1,4 +1,6 @@
 """optimize(streams=..., offload=...): stream annotation in the lowered HLO, offload tags + policy, numerics."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,3 +39,67 @@ def test_offload_tags_and_policy_offload_the_moe_intermediates():
     assert runtime.offloaded_bytes(lambda p, x: jnp.sum(layer(p, x) ** 2), *args) > 0
     plain = jax.checkpoint(jmf.optimize(fn), policy=fast.offload_policy)
     assert runtime.offloaded_bytes(lambda p, x: jnp.sum(plain(p, x) ** 2), *args) == 0
+
+
+def _hlo_computations(text):
+    """Compiled HLO text -> {computation: [instruction lines]}."""
+    comps, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) \(.*\{\s*$", line)
+        if m:
+            cur = comps.setdefault(m.group(1), [])
+        elif cur is not None and line.startswith("  "):
+            cur.append(line.strip())
+    return comps
+
+
+def _callees(line):
+    names = re.findall(r"(?:to_apply|calls|body|condition|true_computation|false_computation)=%([\w.\-]+)", line)
+    for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+        names += re.findall(r"%([\w.\-]+)", group)
+    return names
+
+
+def _nested(comps, name):
+    seen, todo = set(), [name]
+    while todo:
+        c = todo.pop()
+        if c not in seen and c in comps:
+            seen.add(c)
+            todo += [n for line in comps[c] for n in _callees(line)]
+    return seen
+
+
+def test_streams_in_scanned_grad_leave_one_annotated_call_per_region():
+    """The structure XLA's GPU stream passes need (see the runtime module docstring): under grad + lax.scan +
+    jax.checkpoint, only `call`s carry `_xla_stream_annotation`, and nothing below them does -- no annotated
+    instruction and no conditional in any computation they reach (XLA would wrap such an instruction in a second,
+    nested call-start that ExecutionStreamAssignment never reaches)."""
+    fn, args = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=5)
+    fast = jmf.optimize(fn, streams=True)
+    loss = lambda f: (lambda p, x: jnp.sum(f(p, x) ** 2))
+    step = jax.jit(jax.value_and_grad(loss(fast), (0, 1)))
+    lowered = step.lower(*args)
+    assert "stablehlo.while" in lowered.as_text()
+    for text in (lowered.as_text(), runtime.lowered_text(jax.value_and_grad(loss(fast), (0, 1)), *args,
+                                                        platform="cuda")):
+        annotated = [l for l in text.splitlines() if "_xla_stream_annotation" in l]
+        if runtime.streams_supported():
+            assert annotated
+        assert all(re.search(r"= call @compute_on[\w.$-]*\(", l) for l in annotated), annotated
+    comps = _hlo_computations(lowered.compile().as_text())
+    calls = [(c, l) for c, ls in comps.items() for l in ls
+             if "_xla_stream_annotation" in l and " get-tuple-element(" not in l]
+    if runtime.streams_supported():
+        assert calls
+    for comp, line in calls:
+        assert re.search(r"[\]})] call\(", line), line  # the instruction is a call
+        below = set().union(*(_nested(comps, c) for c in _callees(line)))
+        assert below, line
+        for c in below:
+            assert not any("_xla_stream_annotation" in l for l in comps[c]), (c, line)
+            assert not any(" conditional(" in l for l in comps[c]), (c, line)
+    g = step(*args)[1]
+    g0 = jax.grad(loss(fn), (0, 1))(*args)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)):
+        assert _rel(a, b) < 1e-4

@@ -156,9 +156,84 @@ def test_on_stream_with_ffi_dispatch_and_nesting():
     assert rel_err(jax.jit(outer)(x, ids, w), want + 1.0) < 1e-5
 
 
-def test_on_stream_unsupported_is_noop_with_one_warning(monkeypatch):
-    monkeypatch.setattr(rt, "_compute_on_impl", lambda: None)
+def _funcs(text):
+    """StableHLO text -> {function name: its text}."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"func\.func (?:\w+ )?@([\w.$-]+)\(.*?\n  }", text, re.S)}
+
+
+def _region(funcs, name):
+    """The text of function `name` and of every function it calls, transitively."""
+    seen, todo = set(), [name]
+    while todo:
+        f = todo.pop()
+        if f not in seen and f in funcs:
+            seen.add(f)
+            todo += re.findall(r"call @([\w.$-]+)", funcs[f])
+    return "".join(funcs[f] for f in seen)
+
+
+def stream_regions(text):
+    """(annotated ops, {compute_on function: region text}) of a lowered module."""
+    annotated = [l.strip() for l in text.splitlines() if "_xla_stream_annotation" in l]
+    funcs = _funcs(text)
+    called = {c for l in annotated for c in re.findall(r"call @([\w.$-]+)\(", l)}
+    return annotated, {c: _region(funcs, c) for c in called}
+
+
+def test_on_stream_annotates_only_the_call():
+    """XLA (ExplicitStreamAnnotationAsyncWrapper + ExecutionStreamAssignment) fails to compile an annotated op in a
+    computation nested inside the annotated call (a conditional branch, an inner call): only the call carries it."""
+    k1, k2, k3 = jax.random.split(key(), 3)
+    x, wu, wd = (jax.random.normal(k1, (16, 32)), jax.random.normal(k2, (32, 64)) / 6,
+                 jax.random.normal(k3, (64, 32)) / 8)
+
+    def nested(x, wu, wd):  # jax.nn.silu and jnp.where lower to inner func.calls, lax.cond to a case
+        h = jnp.where(x > 0, x, 0.1 * x)
+        h = jax.lax.cond(jnp.sum(h) > 0, lambda a: shared_expert(a, wu, wd), lambda a: a @ wu @ wd, h)
+        return jnp.tanh(h)
+    placed = rt.on_stream(nested, 2)
+    loss = lambda *a: jnp.sum(placed(*a) * x)
+    for fn in (placed, jax.grad(loss, argnums=(0, 1, 2))):
+        for platform in ("cpu", "cuda"):
+            text = rt.lowered_text(fn, x, wu, wd, platform=platform)
+            annotated, regions = stream_regions(text)
+            assert annotated and regions, text
+            assert all(re.search(r"call @compute_on[\w.$-]*\(", l) for l in annotated), annotated
+            for name, body in regions.items():
+                assert "_xla_stream_annotation" not in body, name
+                assert "stablehlo.case" in body  # the lax.cond is there, nested in the region, unannotated
+    assert rel_err(jax.jit(placed)(x, wu, wd), nested(x, wu, wd)) < 1e-6
+
+
+def test_on_stream_ffi_ops_under_grad_annotate_only_calls():
+    """The FFI ops route through lax.platform_dependent (a conditional): under grad its branch and the custom_vjp
+    rules are traced later by JAX, outside on_stream's Python call; they must stay unannotated too."""
+    t, d, e, k = 24, 16, 4, 2
+    x = jax.random.normal(key(), (t, d))
+    ids = jax.random.randint(key(), (t, k), 0, e)
+    w = jax.random.uniform(key(), (t, k))
+
+    def roundtrip(x, ids, w):
+        rows, _, routing = jmf.moe_dispatch(x, ids, e)
+        return jmf.moe_combine(rows * 2.0, routing, w)
+    placed = rt.on_stream(roundtrip, rt.DISPATCH_STREAM)
+    grad = jax.grad(lambda x, w: jnp.sum(placed(x, ids, w) ** 2), argnums=(0, 1))
+    for platform in ("cpu", "cuda"):  # cuda without the CUDA library here: the pure-JAX fallback, inner calls
+        annotated, regions = stream_regions(rt.lowered_text(grad, x, w, platform=platform))
+        assert len(regions) >= 2 and all(re.search(r"call @compute_on[\w.$-]*\(", l) for l in annotated)
+        bodies = "".join(regions.values())
+        assert "stablehlo.case" in bodies and "_xla_stream_annotation" not in bodies
+        assert platform != "cpu" or "jax_moe_ffi_combine_bwd" in bodies
+    want = jax.grad(lambda x, w: jnp.sum(roundtrip(x, ids, w) ** 2), argnums=(0, 1))(x, w)
+    assert tree_rel_err(jax.jit(grad)(x, w), want) < 1e-5
+
+
+@pytest.mark.parametrize("missing", ["_compute_on_impl", "_compute_type_config"])
+def test_on_stream_unsupported_is_noop_with_one_warning(monkeypatch, missing):
+    assert rt.streams_supported()
+    monkeypatch.setattr(rt, missing, lambda: None)
     monkeypatch.setattr(rt, "_warned", set())
+    assert not rt.streams_supported()
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         fns = [rt.on_stream(shared_expert, 1), rt.on_stream(jnp.sin, 2)]
