@@ -65,15 +65,18 @@ def metadata(argv: list[str]) -> dict:
 
     # The device machine gets the working tree without .git: JMF_GIT_COMMIT (set by whoever sends it)
     # names the commit there; otherwise "unknown".
-    commit, dirty = os.environ.get("JMF_GIT_COMMIT", "unknown"), False
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        if res.returncode == 0 and len(res.stdout.strip()) == 40:
-            commit = res.stdout.strip()
-            dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                        capture_output=True, text=True).stdout.strip())
-    except OSError:
-        pass
+    # JMF_GIT_COMMIT, when set, wins: a copy of the tree may carry a stale .git (it did on the device).
+    commit, dirty = os.environ.get("JMF_GIT_COMMIT", ""), False
+    if not commit:
+        commit = "unknown"
+        try:
+            res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+            if res.returncode == 0 and len(res.stdout.strip()) == 40:
+                commit = res.stdout.strip()
+                dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                            capture_output=True, text=True).stdout.strip())
+        except OSError:
+            pass
     dev = jax.devices()[0]
     return {
         "command": "python " + " ".join([os.path.relpath(argv[0], ROOT)] + argv[1:]),
