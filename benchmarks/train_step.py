@@ -75,13 +75,34 @@ def rms(x, w):
     return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * w
 
 
+ATTENTION_IMPL = [None]  # jax.nn.dot_product_attention implementation, chosen once in main()
+
+
 def attention(cfg, p, h):
     b, s, _ = h.shape
     q = (h @ p["wq"]).reshape(b, s, cfg.heads, cfg.head_dim)
     k = (h @ p["wk"]).reshape(b, s, cfg.kv_heads, cfg.head_dim)
     v = (h @ p["wv"]).reshape(b, s, cfg.kv_heads, cfg.head_dim)
-    o = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    o = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=ATTENTION_IMPL[0])
     return o.reshape(b, s, -1) @ p["wo"]
+
+
+def pick_attention(choice: str, cfg, dtype) -> str:
+    """"xla" materialises the [B, H, S, S] scores (what the first H200 run used: it dominated the step);
+    "cudnn" is the fused flash-attention kernel. "auto": cudnn when it compiles here, else xla."""
+    if choice != "auto":
+        return choice
+    if jax.default_backend() != "gpu":
+        return "xla"
+    q = jnp.zeros((1, 256, cfg.heads, cfg.head_dim), dtype)
+    kv = jnp.zeros((1, 256, cfg.kv_heads, cfg.head_dim), dtype)
+    try:
+        f = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+        jax.block_until_ready(jax.jit(jax.grad(lambda q: jnp.sum(f(q, kv, kv).astype(jnp.float32))))(q))
+        return "cudnn"
+    except Exception as e:  # noqa: BLE001
+        print(f"cuDNN attention unavailable ({type(e).__name__}: {str(e)[:200]}); using XLA attention")
+        return "xla"
 
 
 def router(p, x, cfg):
@@ -169,12 +190,16 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a tiny config for a CPU smoke run")
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"],
+                    help="attention implementation (auto: cuDNN flash attention on GPU when it compiles)")
     ap.add_argument("--variants", default="naive,ours_exact,ours,ours_fp8,xla_ragged_dot,tokamax")
     args = ap.parse_args(argv)
     cfg = TINY if args.tiny else Config()
     if args.layers:
         cfg = dataclasses.replace(cfg, layers=args.layers)
     dtype = jnp.float32 if args.tiny else jnp.bfloat16
+    ATTENTION_IMPL[0] = pick_attention(args.attention, cfg, dtype)
+    print(f"attention: {ATTENTION_IMPL[0]}")
     params0 = init(cfg, jax.random.PRNGKey(0), dtype)
     data = jax.random.randint(jax.random.PRNGKey(1), (args.steps, cfg.batch, cfg.seq), 0, cfg.vocab)
     naive_loss = make_loss(cfg, moe_capacity_einsum)
@@ -234,6 +259,7 @@ def main(argv=None):
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/train_step.py"] + argv)
     meta["config"] = dataclasses.asdict(cfg)
     meta["dtype"] = str(jnp.dtype(dtype))
+    meta["attention"] = ATTENTION_IMPL[0]
     path = _common.write_results(f"train_step_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""), meta, rows,
                                  "tflops", "Training step (model TFLOP/s)")
     print(f"wrote {path}")
