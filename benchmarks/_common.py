@@ -59,6 +59,21 @@ def time_ms(fn, *args, min_time_s: float = 0.3, trials: int = 5) -> float:
     return float(np.median(per_call)) * 1e3
 
 
+def import_tokamax():
+    """tokamax (the Pallas Mosaic GPU ragged_dot anchor) when importable, else None. It imports `xprof` only
+    for its own profiler helpers, so a stub stands in for that 32 MiB wheel (see shared/tools/device_wheels.sh)."""
+    import types
+    try:
+        for n in ("xprof", "xprof.cli", "xprof.cli.tools"):
+            sys.modules.setdefault(n, types.ModuleType(n))
+        sys.modules["xprof.cli.tools"].get_kernel_stats_tool = lambda *a, **k: None
+        import tokamax
+        return tokamax
+    except Exception as e:  # noqa: BLE001
+        print(f"tokamax not importable: {e}")
+        return None
+
+
 def metadata(argv: list[str]) -> dict:
     import jax
     import jaxlib

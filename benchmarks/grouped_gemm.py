@@ -17,7 +17,6 @@ import argparse
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,18 +27,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jax_moe_ffi as jmf  # noqa: E402
-
-
-def import_tokamax():
-    try:
-        for n in ("xprof", "xprof.cli", "xprof.cli.tools"):  # tokamax imports xprof for its own profiler only
-            sys.modules.setdefault(n, types.ModuleType(n))
-        sys.modules["xprof.cli.tools"].get_kernel_stats_tool = lambda *a, **k: None
-        import tokamax
-        return tokamax
-    except Exception as e:  # noqa: BLE001
-        print(f"tokamax not importable: {e}")
-        return None
 
 
 def impls(tokamax, dtype, recipe=None):
@@ -89,7 +76,7 @@ def main(argv=None):
     shapes = _common.load_shapes()
     dtype = jnp.bfloat16
     on_gpu = jax.default_backend() == "gpu"
-    tokamax = import_tokamax() if on_gpu else None
+    tokamax = _common.import_tokamax() if on_gpu else None
     recipe = args.recipe or None
     fns = {k: v for k, v in impls(tokamax, dtype, recipe).items() if k not in args.skip.split(",")}
     rows = []

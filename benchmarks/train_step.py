@@ -141,20 +141,6 @@ def moe_ragged(ragged_dot):
     return moe
 
 
-def import_tokamax():
-    """tokamax's ragged_dot (Pallas Mosaic GPU) when importable, else None (see benchmarks/grouped_gemm.py)."""
-    import types
-    try:
-        for n in ("xprof", "xprof.cli", "xprof.cli.tools"):
-            sys.modules.setdefault(n, types.ModuleType(n))
-        sys.modules["xprof.cli.tools"].get_kernel_stats_tool = lambda *a, **k: None
-        import tokamax
-        return tokamax
-    except Exception as e:  # noqa: BLE001
-        print(f"tokamax not importable: {e}")
-        return None
-
-
 def make_loss(cfg, moe):
     def loss(params, tokens):
         b, s = tokens.shape
@@ -210,7 +196,7 @@ def main(argv=None):
         "ours_fp8": lambda: jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
-    tokamax = import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
+    tokamax = _common.import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
     if tokamax is not None:
         losses["tokamax"] = make_loss(cfg, moe_ragged(
             lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic")))

@@ -267,8 +267,8 @@ def test_bad_shapes_and_dtypes_name_the_argument():
         jmf.grouped_matmul(lhs, rhs, gs, preferred_element_type=jnp.float16)
     with pytest.raises(ValueError, match="same M"):
         jmf.grouped_matmul_wgrad(lhs, lhs[:3], gs)
-    with pytest.raises(NotImplementedError, match="recipe"):
-        jmf.grouped_matmul(lhs, rhs, gs, recipe="blockwise")
+    with pytest.raises(ValueError, match="recipe"):
+        jmf.grouped_matmul(lhs, rhs, gs, recipe="nvfp4")
 
 
 @pytest.mark.parametrize("sizes", [[-5, 10, 30], [30, 30, 30], [-1, -1, -1], [0, 0, 100], [24, -3, 7]])

@@ -36,6 +36,7 @@
 
 #include "common/dtypes.h"
 #include "common/ffi_helpers.h"
+#include "common/quantize_shapes.h"
 
 namespace jax_moe_ffi {
 namespace {
@@ -197,38 +198,6 @@ void mx_cols(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int
 }
 
 // The [batch, rows, cols] view of x (rows = 1 for rank 1).
-void view3(ffi::AnyBuffer::Dimensions xd, int64_t* batch, int64_t* rows, int64_t* cols) {
-  const size_t rank = xd.size();
-  *cols = xd[rank - 1];
-  *rows = rank >= 2 ? xd[rank - 2] : 1;
-  *batch = 1;
-  for (size_t i = 0; i + 2 < rank; ++i) *batch *= xd[i];
-}
-
-// Shape checks shared by both targets (the same rules as cuda/quantize.cu): quantised along C
-// (colwise = false) or R (colwise = true) in blocks of `block`, or in 128 x 128 tiles; x must have rank
-// >= 2 unless quantised along C in 1 x B blocks.
-ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyBuffer::Dimensions dd,
-                        ffi::AnyBuffer::Dimensions sd, int64_t block, bool colwise, bool tiles) {
-  const size_t rank = xd.size();
-  const bool two_d = colwise || tiles;
-  if (rank < (two_d ? 2u : 1u))
-    return invalid(std::string(op) + ": x must have rank >= " + (two_d ? "2" : "1") + ", got " + dims_str(xd));
-  bool ok = dd.size() == rank && sd.size() == rank;
-  for (size_t i = 0; ok && i < rank; ++i) {
-    int64_t want = xd[i];
-    if (i + 1 == rank && !colwise) want = cdiv(xd[i], block);
-    if (i + 2 == rank && (colwise || tiles)) want = cdiv(xd[i], block);
-    ok = dd[i] == xd[i] && sd[i] == want;
-  }
-  if (!ok)
-    return invalid(std::string(op) + ": x " + dims_str(xd) + " quantised in blocks of " + std::to_string(block) +
-                   (tiles ? "x128" : colwise ? " along axis -2" : " along axis -1") +
-                   " needs data of the same shape and a matching scale, got data " + dims_str(dd) + " and scale " +
-                   dims_str(sd));
-  return ffi::Error::Success();
-}
-
 ffi::Error QuantizeMxfp8Cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                             ffi::Result<ffi::Buffer<ffi::U8>> scale, bool colwise) {
   auto xd = x.dimensions();
@@ -236,12 +205,13 @@ ffi::Error QuantizeMxfp8Cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
     return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
   if (!is_fp8_type(data->element_type()))
     return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
-  if (auto e = check_shapes("quantize_mxfp8", xd, data->dimensions(), scale->dimensions(), kMxBlock, colwise, false);
+  QuantizeView v;
+  if (auto e = check_quantize_shapes("quantize_mxfp8", xd, data->dimensions(), scale->dimensions(), kMxBlock, colwise,
+                                     false, &v);
       e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();
-  int64_t batch, rows, cols;
-  view3(xd, &batch, &rows, &cols);
+  const int64_t batch = v.batch, rows = v.rows, cols = v.cols;
   auto* out = static_cast<uint8_t*>(data->untyped_data());
   const bool e4m3 = data->element_type() == ffi::DataType::F8E4M3FN;
   if (colwise) {
@@ -365,14 +335,14 @@ ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> da
                    "x" + std::to_string(block_cols));
   const bool tiles = block_rows > 1;
   if (tiles && colwise) return invalid("quantize_blockwise: colwise applies to 1x128 blocks, not 128x128 tiles");
-  if (auto e = check_shapes("quantize_blockwise", xd, data->dimensions(), scale->dimensions(), block_cols, colwise,
-                            tiles);
+  QuantizeView v;
+  if (auto e = check_quantize_shapes("quantize_blockwise", xd, data->dimensions(), scale->dimensions(), block_cols,
+                                     colwise, tiles, &v);
       e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();
   ScopedIeeeDenormals ieee;
-  int64_t batch, rows, cols;
-  view3(xd, &batch, &rows, &cols);
+  const int64_t batch = v.batch, rows = v.rows, cols = v.cols;
   auto* out = static_cast<uint8_t*>(data->untyped_data());
   float* sc = scale->typed_data();
   const ffi::DataType t = x.element_type();

@@ -146,14 +146,8 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   using Kernel = typename GemmDef::Kernel;
   using Arr = GroupArrays<GemmDef>;
 
-  int max_active_clusters = 0;
-  JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
-
-  typename Kernel::Arguments args{};
-  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  args.hw_info.device_id = dev.device;
-  args.hw_info.sm_count = dev.sm_count;
-  args.hw_info.max_active_clusters = max_active_clusters;
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
   // CUTLASS's workspace holds per-SM copies of the TMA descriptors that the kernel rewrites when
   // it moves to another group; its size depends only on hw_info.sm_count.
   const size_t workspace_bytes = Kernel::get_workspace_size(args);
@@ -212,14 +206,8 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
                                                        vecs_per_group);
     JMF_CUDA_CHECK_LAUNCH("ZeroEmptyGroupsKernel launch");
   } else {
-    const int64_t vecs_per_row = c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
-    const int64_t total_vecs = c.m * vecs_per_row;
-    int64_t blocks = CeilDiv(total_vecs, kZeroThreads);
-    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
-    blocks = blocks > max_blocks ? max_blocks : blocks;
-    ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
-        static_cast<uint4*>(c.d), arr.total, vecs_per_row, total_vecs);
-    JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
+    JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * static_cast<int64_t>(c.out_elem_bytes),
+                                     dev.sm_count, stream));
   }
 
   // 3. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
@@ -236,22 +224,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
 
-  if (!Kernel::can_implement(args)) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_moe_ffi: CUTLASS cannot implement the grouped GEMM (") +
-                          GemmDef::ConfigT::kName + ")");
-  }
-  cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream);
-  if (st != cutlass::Status::kSuccess) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
-                          cutlassGetStatusString(st));
-  }
-  // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents
-  // and strides per group from the device arrays before its first load/store of a group.
-  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-
-  return LaunchCutlassKernel<Kernel>(params, stream);
+  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
 }
 
 // ---------------------------------------------------------------------------------------------

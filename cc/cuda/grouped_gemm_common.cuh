@@ -19,6 +19,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
+#include "cutlass/gemm/gemm.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_moe_ffi {
@@ -119,6 +120,18 @@ ffi::Error GetDeviceInfo(DeviceInfo* info) {
   return ffi::Error::Success();
 }
 
+// The cluster-dimension launch attribute of a CUTLASS SM90 kernel.
+template <class Kernel>
+cudaLaunchAttribute ClusterAttribute() {
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cute::size<0>(Cluster{});
+  attr.val.clusterDim.y = cute::size<1>(Cluster{});
+  attr.val.clusterDim.z = cute::size<2>(Cluster{});
+  return attr;
+}
+
 // Per (kernel, device) one-time setup: opt in to the kernel's large dynamic shared memory and ask
 // the driver how many clusters can be co-resident. The persistent grid must not exceed that
 // number of clusters: a cluster that cannot start until another one has *finished all of its
@@ -142,11 +155,7 @@ ffi::Error PrepareKernel(int device, int* max_active_clusters) {
   cfg.gridDim = dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), cute::size<2>(Cluster{}));
   cfg.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
   cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
-  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
-  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cudaLaunchAttribute attr[1] = {ClusterAttribute<Kernel>()};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
@@ -228,6 +237,21 @@ __global__ void __launch_bounds__(kZeroThreads)
   }
 }
 
+// Launches ZeroTailRowsKernel over out[M, N] (row_bytes = N * element size, a multiple of 16).
+inline ffi::Error ZeroTailRows(void* out, const int64_t* total_rows, int64_t m, int64_t row_bytes,
+                               int sm_count, cudaStream_t stream) {
+  const int64_t vecs_per_row = row_bytes / 16;
+  const int64_t total_vecs = m * vecs_per_row;
+  int64_t blocks = CeilDiv(total_vecs, kZeroThreads);
+  const int64_t max_blocks = 4 * static_cast<int64_t>(sm_count);
+  blocks = blocks > max_blocks ? max_blocks : blocks;
+  if (blocks < 1) return ffi::Error::Success();
+  ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
+      static_cast<uint4*>(out), total_rows, vecs_per_row, total_vecs);
+  JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
+  return ffi::Error::Success();
+}
+
 // Wgrad: out[g] = 0 for every group with no rows (the GEMM has a zero-size problem there).
 __global__ void __launch_bounds__(kZeroThreads)
     ZeroEmptyGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ rows,
@@ -266,23 +290,47 @@ struct WorkspaceCarver {
   }
 };
 
-// Launches a CUTLASS 3.x SM90 kernel (cluster launch) on `stream` with its Params.
+// The Arguments of a grouped (pointer-array) kernel with everything but the per-call arrays: the
+// device, its SM count and the co-resident cluster count (PrepareKernel).
 template <class Kernel>
-ffi::Error LaunchCutlassKernel(const typename Kernel::Params& params, cudaStream_t stream) {
-  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+ffi::Error GroupedArguments(const DeviceInfo& dev, typename Kernel::Arguments* args) {
+  int max_active_clusters = 0;
+  JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
+  *args = typename Kernel::Arguments{};
+  args->mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args->hw_info.device_id = dev.device;
+  args->hw_info.sm_count = dev.sm_count;
+  args->hw_info.max_active_clusters = max_active_clusters;
+  return ffi::Error::Success();
+}
+
+// Checks, initialises CUTLASS's workspace (per-SM TMA descriptors) and launches a CUTLASS 3.x SM90
+// kernel (cluster launch) on `stream`. `name` says which configuration in errors.
+template <class Kernel>
+ffi::Error LaunchCutlassKernel(const typename Kernel::Arguments& args, void* workspace,
+                               cudaStream_t stream, const char* name) {
+  if (!Kernel::can_implement(args)) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS cannot implement the grouped GEMM (") + name + ")");
+  }
+  cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) {
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
+                          cutlassGetStatusString(st));
+  }
+  // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents and
+  // strides per group from the device arrays before its first load/store of a group.
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = Kernel::get_grid_shape(params);
   cfg.blockDim = Kernel::get_block_shape();
   cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cute::size<0>(Cluster{});
-  attr[0].val.clusterDim.y = cute::size<1>(Cluster{});
-  attr[0].val.clusterDim.z = cute::size<2>(Cluster{});
+  cudaLaunchAttribute attr[1] = {ClusterAttribute<Kernel>()};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  void* kernel_args[] = {const_cast<typename Kernel::Params*>(&params)};
+  void* kernel_args[] = {&params};
   JMF_CUDA_CHECK(cudaLaunchKernelExC(
       &cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args));
   JMF_CUDA_CHECK_LAUNCH("grouped GEMM kernel launch");

@@ -155,14 +155,10 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   using Kernel = typename GemmDef::Kernel;
   using Arr = Fp8GroupArrays<GemmDef>;
 
-  int max_active_clusters = 0;
-  JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
-
-  typename Kernel::Arguments args{};
-  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  args.hw_info.device_id = dev.device;
-  args.hw_info.sm_count = dev.sm_count;
-  args.hw_info.max_active_clusters = max_active_clusters;
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  // CUTLASS's workspace holds per-SM copies of the TMA descriptors that the kernel rewrites when
+  // it moves to another group; its size depends only on hw_info.sm_count.
   const size_t workspace_bytes = Kernel::get_workspace_size(args);
 
   const size_t ng = static_cast<size_t>(c.g);
@@ -225,16 +221,7 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   }
 
   // 3. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
-  {
-    const int64_t vecs_per_row = c.n * 2 / 16;
-    const int64_t total_vecs = c.m * vecs_per_row;
-    int64_t blocks = CeilDiv(total_vecs, kZeroThreads);
-    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
-    blocks = blocks > max_blocks ? max_blocks : blocks;
-    ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
-        static_cast<uint4*>(c.d), arr.total, vecs_per_row, total_vecs);
-    JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
-  }
+  JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
 
   // 4. The grouped GEMM with device-only problem shapes.
   args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
@@ -253,19 +240,7 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
 
-  if (!Kernel::can_implement(args)) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_moe_ffi: CUTLASS cannot implement the FP8 grouped GEMM (") +
-                          GemmDef::ConfigT::kName + ")");
-  }
-  cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream);
-  if (st != cutlass::Status::kSuccess) {
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
-                          cutlassGetStatusString(st));
-  }
-  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-  return LaunchCutlassKernel<Kernel>(params, stream);
+  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
 }
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).

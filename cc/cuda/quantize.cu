@@ -50,6 +50,7 @@
 
 #include "common/dtypes.h"
 #include "common/ffi_helpers.h"
+#include "common/quantize_shapes.h"
 
 namespace jax_moe_ffi {
 namespace {
@@ -565,31 +566,14 @@ ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
   return cuda_error("quantize kernel");
 }
 
-// Shape checks shared by both targets. Quantised along C (colwise = false) or R (colwise = true) in
-// blocks of `block`, or in 128 x 128 tiles; x must have rank >= 2 unless quantised along C in 1 x B
-// blocks. Fills the [batch, rows, cols] view of x.
+// Shape checks (common/quantize_shapes.h, the same rules as the CPU handlers) and the job's view of x.
 ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyBuffer::Dimensions dd,
                         ffi::AnyBuffer::Dimensions sd, int64_t block, bool colwise, bool tiles, Job* job) {
-  const size_t rank = xd.size();
-  const bool two_d = colwise || tiles;
-  if (rank < (two_d ? 2u : 1u))
-    return invalid(std::string(op) + ": x must have rank >= " + (two_d ? "2" : "1") + ", got " + dims_str(xd));
-  bool ok = dd.size() == rank && sd.size() == rank;
-  for (size_t i = 0; ok && i < rank; ++i) {
-    int64_t want = xd[i];
-    if (i + 1 == rank && !colwise) want = cdiv(xd[i], block);
-    if (i + 2 == rank && (colwise || tiles)) want = cdiv(xd[i], block);
-    ok = dd[i] == xd[i] && sd[i] == want;
-  }
-  if (!ok)
-    return invalid(std::string(op) + ": x " + dims_str(xd) + " quantised in blocks of " + std::to_string(block) +
-                   (tiles ? "x128" : colwise ? " along axis -2" : " along axis -1") +
-                   " needs data of the same shape and a matching scale, got data " + dims_str(dd) + " and scale " +
-                   dims_str(sd));
-  job->cols = xd[rank - 1];
-  job->rows = rank >= 2 ? xd[rank - 2] : 1;
-  job->batch = 1;
-  for (size_t i = 0; i + 2 < rank; ++i) job->batch *= xd[i];
+  QuantizeView v;
+  if (auto e = check_quantize_shapes(op, xd, dd, sd, block, colwise, tiles, &v); e.failure()) return e;
+  job->batch = v.batch;
+  job->rows = v.rows;
+  job->cols = v.cols;
   return ffi::Error::Success();
 }
 
