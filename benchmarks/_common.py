@@ -38,11 +38,26 @@ def group_sizes(m: int, g: int, kind: str, shapes: dict) -> np.ndarray:
     return sizes.astype(np.int32)
 
 
+def _require_cuda_library_on_gpu() -> None:
+    """On a GPU, refuse to time anything when the CUDA library is not loaded: every `ours` row would
+    silently measure the pure-JAX fallbacks. JMF_ALLOW_FALLBACK=1 overrides (for anchor-only runs)."""
+    import jax
+
+    if jax.default_backend() != "gpu" or os.environ.get("JMF_ALLOW_FALLBACK") == "1":
+        return
+    from jax_moe_ffi import _registry
+    if not _registry.cuda_targets:
+        raise RuntimeError("benchmarks: on a GPU but the jax_moe_ffi CUDA library is not loaded "
+                           f"({_registry.cuda_load_error}); set JAX_MOE_FFI_CUDA_LIB (tools/device_session.sh "
+                           "does) or JMF_ALLOW_FALLBACK=1 to time the fallbacks on purpose")
+
+
 def time_ms(fn, *args, min_time_s: float = 0.3, trials: int = 5) -> float:
     """Median per-call milliseconds. Calls are dispatched back to back (async) and blocked on at the end
     of each trial, so host dispatch overlaps device work; the trial length adapts to the op's speed."""
     import jax
 
+    _require_cuda_library_on_gpu()
     jax.block_until_ready(fn(*args))  # compile
     t0 = time.perf_counter()
     jax.block_until_ready(fn(*args))

@@ -44,6 +44,36 @@ def find_loop_sites(an):
         if site is not None:
             an._accept(site)
             an.covered.update(chain)
+            an.covered.update(_feeding_only(prog, root, set(chain), _ancestors(prog, site.I)))
+
+
+def _ancestors(prog, v):
+    """Every equation that `v` depends on."""
+    out, stack = set(), [v]
+    while stack:
+        p = prog.producer.get(stack.pop())
+        if p is not None and p not in out:
+            out.add(p)
+            stack.extend(a for a in p.ins if isinstance(a, Var))
+    return out
+
+
+def _feeding_only(prog, root, inside, router):
+    """The equations before `root` whose every output is used only by `inside` (grown as we go): the
+    per-expert bodies of an accepted loop site. They are rewritten with it, so they are no near-misses.
+    Walking backwards, users come before producers; a value used outside the site stops the walk, and so
+    does the router's side (`router`: what the top_k indices depend on, the tokens and whatever made them),
+    so another layer's near-misses stay reported."""
+    out = set()
+    idx = prog.flat.index(root)
+    for e in reversed(prog.flat[:idx]):
+        if e.kind != "prim" or not e.outs or e in router or any(prog.is_output(v) for v in e.outs):
+            continue
+        uses = [u for v in e.outs for u in prog.uses(v)]
+        if uses and all(u in inside for u in uses):
+            inside.add(e)
+            out.add(e)
+    return out
 
 
 def _collect(prog, root):
