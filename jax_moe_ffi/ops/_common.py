@@ -54,12 +54,41 @@ def float0_zeros(x):
     return np.zeros(x.shape, dtype=jax.dtypes.float0)
 
 
+def _varying_axes(x) -> set:
+    """The shard_map axes `x` varies over: `aval.vma` in some JAX versions, `aval.manual_axis_type.varying`
+    in others (JAX 0.10); empty outside shard_map."""
+    aval = jax.typeof(x)
+    v = getattr(aval, "vma", None)
+    if v is None:
+        v = getattr(getattr(aval, "manual_axis_type", None), "varying", None)
+    return set(v or ())
+
+
+def _varying_like(args):
+    """Wraps a branch so that its outputs vary over the same shard_map axes as its inputs do. FFI calls
+    type their results without the manual axes of their operands (`vma`), so under shard_map with
+    check_vma=True the FFI branch and the pure-JAX branch of `platform_dependent` would disagree."""
+    vma = set()
+    for a in jax.tree.leaves(args):
+        vma |= _varying_axes(a)
+    pcast = getattr(jax.lax, "pcast", None)
+    if not vma or pcast is None:
+        return lambda fn: fn
+
+    def cast(x):
+        missing = tuple(sorted(vma - _varying_axes(x)))
+        return pcast(x, missing, to="varying") if missing else x
+
+    return lambda fn: (lambda *a: jax.tree.map(cast, fn(*a)))
+
+
 def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str | None = None):
     """Runs `cpu` on CPU and `cuda` on CUDA; where the CUDA kernel cannot run (`cuda_unusable` says why)
     the GPU gets `fallback` (pure JAX / XLA) and a warning once -- never silently. Other platforms get
     `fallback`."""
+    same = _varying_like(args)
     if cuda_unusable is None:
-        return jax.lax.platform_dependent(*args, cpu=cpu, cuda=cuda, default=fallback)
+        return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback))
 
     def cuda_branch(*a):
         if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
@@ -67,4 +96,4 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
                       f"jax_moe_ffi: {target} runs a pure-JAX/XLA fallback on GPU because {cuda_unusable}")
         return fallback(*a)
 
-    return jax.lax.platform_dependent(*args, cpu=cpu, cuda=cuda_branch, default=fallback)
+    return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch), default=same(fallback))

@@ -35,9 +35,9 @@ dispatch's backward = reverse exchange + un-expand sum, combine's backward = for
 `weights` get gradients. `EpRouting` is a pytree of int32 arrays + static fields: no side effects; valid
 under `jax.jit` and `jax.checkpoint` (tests/test_ep.py differentiates through a checkpointed layer).
 
-shard_map: use `check_vma=False` (as MaxText does). The package's FFI ops (moe_dispatch's kernels,
-grouped_matmul) build their result types without shard_map's varying-manual-axes type, so under
-`check_vma=True` their `platform_dependent` branches disagree on types and tracing fails.
+shard_map: works with the default `check_vma=True` and with `check_vma=False` (as MaxText uses). FFI calls
+type their results without shard_map's varying manual axes; `ops._common.on_platforms` casts them to vary
+over the axes their operands vary over, so the platform branches agree.
 
 Transports (static `transport=`):
   "all_to_all"  `jax.lax.all_to_all` over a *slotted* layout (slot d = rows [d*S, (d+1)*S), S = T for
