@@ -766,9 +766,7 @@ class Analyzer:
 
     # ------------------------------------------------------------------------------- near misses
     def router_eqns(self, limit=5000):
-        """Equations that feed a top_k (the router): their dots are not expert compute. The walk does not
-        pass a dot's activation operand (the tokens the router reads): what made the tokens -- an earlier
-        layer, maybe a near-miss of its own -- is not the router."""
+        """Equations that feed a top_k (the router): their dots are not expert compute."""
         if getattr(self, "_router", None) is not None:
             return self._router
         prog = self.prog
@@ -780,10 +778,7 @@ class Analyzer:
             if q in seen:
                 continue
             seen.add(q)
-            ins = [a for a in q.ins if isinstance(a, Var) and a in prog.producer]
-            if q.name == "dot_general":
-                ins = [a for a in ins if _param_like(prog, a)]
-            stack += [prog.producer[a] for a in ins]
+            stack += [prog.producer[a] for a in q.ins if isinstance(a, Var) and a in prog.producer]
         self._router = seen
         return seen
 
