@@ -1,8 +1,8 @@
 """End-to-end training step: a Qwen3-30B-A3B-shaped decoder (attention + MoE with the real hidden, expert and
 top-k sizes, depth reduced, `lax.scan` over layers), full step (forward, backward, optax AdamW), written the
 naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mode="exact")`,
-`optimize(mode="dropless")`, FP8 (`recipe="blockwise"`, when implemented), and a dropless anchor on XLA's
-`ragged_dot`. Reports step time, tokens/s, model TFLOP/s (model FLOPs, no padding), peak memory, and the
+`optimize(mode="dropless")`, FP8 (`optimize(mode="dropless", recipe="blockwise")`), and dropless anchors on XLA's
+`ragged_dot` and tokamax (when importable). Reports step time, tokens/s, model TFLOP/s (model FLOPs, no padding), peak memory, and the
 loss after N steps on the same data.
 
   python benchmarks/train_step.py                       # GPU: Qwen3-30B-A3B shapes, 4 layers, bf16
