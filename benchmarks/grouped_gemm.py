@@ -80,6 +80,22 @@ def main(argv=None):
     recipe = args.recipe or None
     fns = {k: v for k, v in impls(tokamax, dtype, recipe).items() if k not in args.skip.split(",")}
     rows = []
+    result_name = args.out or (f"grouped_gemm_fp8_{_common.machine_tag()}" if recipe else
+                               f"grouped_gemm_{_common.machine_tag()}")
+    title = f"Grouped GEMM, bf16 vs FP8 {recipe} (TFLOP/s)" if recipe else "Grouped GEMM, bf16 (TFLOP/s)"
+
+    def save(rows, done):
+        """Results so far: written after every case too, so a run stopped by its time limit keeps them."""
+        meta = _common.metadata(sys.argv if argv is None else ["benchmarks/grouped_gemm.py"] + argv)
+        meta["dtype"] = "bfloat16" + (f"; FP8 recipe {recipe} (E4M3, 1x128 / 128x128 float32 scales)"
+                                      if recipe else "")
+        meta["cuda_library"] = jmf._registry.cuda_library_path
+        if tokamax is not None:
+            meta["tokamax"] = getattr(tokamax, "__version__", "?")
+        if not done:
+            meta["partial"] = "the run was still going when this was written (cases so far only)"
+        return _common.write_results(result_name, meta, rows, "tflops", title)
+
     rng = np.random.default_rng(0)
     for case in shapes["grouped_gemm"]:
         if args.cases and not any(c in case["name"] for c in args.cases.split(",")):
@@ -137,17 +153,10 @@ def main(argv=None):
         ms = _common.time_ms(copy, big)
         rows.append({"case": case["name"], "impl": "copy", "pass": "fwd", "groups": "even", "ms": ms,
                      "gbps": 2 * big.size * 2 / ms / 1e6})
+        save(rows, done=False)
     if on_gpu and not args.no_torch:
         rows += torch_rows(args)
-    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/grouped_gemm.py"] + argv)
-    meta["dtype"] = "bfloat16" + (f"; FP8 recipe {recipe} (E4M3, 1x128 / 128x128 float32 scales)" if recipe else "")
-    meta["cuda_library"] = jmf._registry.cuda_library_path
-    if tokamax is not None:
-        meta["tokamax"] = getattr(tokamax, "__version__", "?")
-    name = args.out or (f"grouped_gemm_fp8_{_common.machine_tag()}" if recipe else
-                        f"grouped_gemm_{_common.machine_tag()}")
-    title = f"Grouped GEMM, bf16 vs FP8 {recipe} (TFLOP/s)" if recipe else "Grouped GEMM, bf16 (TFLOP/s)"
-    path = _common.write_results(name, meta, rows, "tflops", title)
+    path = save(rows, done=True)
     print(f"wrote {path}")
     summarize(rows)
 

@@ -242,13 +242,19 @@ def main(argv=None):
                      "loss_last": traj[-1], "steps": args.steps})
         print(f"{name:>15}: {ms:9.2f} ms/step  {flops / ms / 1e9:8.2f} model TFLOP/s  "
               f"{cfg.tokens / ms * 1e3:10.0f} tok/s  loss {traj[0]:.4f} -> {traj[-1]:.4f}", flush=True)
+        save(args, cfg, dtype, rows, argv, done=False)  # a run stopped by its time limit keeps what it has
+    print(f"wrote {save(args, cfg, dtype, rows, argv, done=True)}")
+
+
+def save(args, cfg, dtype, rows, argv, done: bool):
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/train_step.py"] + argv)
     meta["config"] = dataclasses.asdict(cfg)
     meta["dtype"] = str(jnp.dtype(dtype))
     meta["attention"] = ATTENTION_IMPL[0]
-    path = _common.write_results(f"train_step_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""), meta, rows,
-                                 "tflops", "Training step (model TFLOP/s)")
-    print(f"wrote {path}")
+    if not done:
+        meta["partial"] = "the run was still going when this was written (variants so far only)"
+    return _common.write_results(f"train_step_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""), meta,
+                                 rows, "tflops", "Training step (model TFLOP/s)")
 
 
 if __name__ == "__main__":
