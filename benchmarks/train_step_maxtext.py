@@ -1,0 +1,135 @@
+"""Training step on MaxText's own MoE layer: a small stack of `maxtext.layers.moe.RoutedMoE` (the
+dense_matmul path: GShard-style capacity einsums, as MaxText runs it without megablox/sparse_matmul), residual
+blocks under `lax.scan(jax.checkpoint(...))` like MaxText's scanned decoder, AdamW; run as written and through
+`optimize(mode="exact")` and `optimize(mode="dropless")`. Reports step time, tokens/s, routed-expert TFLOP/s,
+peak memory and the loss after N steps on the same data.
+
+  python benchmarks/train_step_maxtext.py              # GPU: Qwen3-30B-A3B MoE shapes, 2 layers, bf16
+  python benchmarks/train_step_maxtext.py --tiny       # CPU smoke run (tiny config, float32)
+
+Needs MaxText (Python >= 3.12; `pip install --no-deps maxtext` + its import deps, as .ci/models.sh does).
+Writes benchmarks/results/train_step_maxtext_<machine>.{json,md,png}.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import jax_moe_ffi as jmf  # noqa: E402
+
+QWEN3 = dict(batch=4, seq=2048, d_model=2048, d_ff=768, experts=128, top_k=8)
+TINY = dict(batch=2, seq=12, d_model=16, d_ff=32, experts=8, top_k=2)
+
+
+def build_layer(shape, capacity_factor, dtype, seed):
+    """One RoutedMoE from MaxText's config system; returns (f(params, x) -> out, params)."""
+    from flax import nnx
+    from jax.sharding import Mesh
+    from maxtext.configs import pyconfig
+    from maxtext.layers import moe
+    from maxtext.layers.initializers import nd_dense_init
+    from maxtext.utils import maxtext_utils
+
+    name = jnp.dtype(dtype).name
+    cfg = pyconfig.initialize(
+        [None, os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")],
+        run_name="jax_moe_ffi_bench", enable_checkpointing=False, model_name="default", dtype=name,
+        weight_dtype=name, megablox=False, sparse_matmul=False, capacity_factor=capacity_factor,
+        num_experts=shape["experts"], num_experts_per_tok=shape["top_k"], base_emb_dim=shape["d_model"],
+        base_moe_mlp_dim=shape["d_ff"], base_mlp_dim=shape["d_ff"], base_num_query_heads=2, base_num_kv_heads=2,
+        head_dim=8, base_num_decoder_layers=1, max_target_length=shape["seq"], per_device_batch_size=shape["batch"],
+        load_balance_loss_weight=0.0)
+    mesh = Mesh(maxtext_utils.create_device_mesh(cfg), cfg.mesh_axes)
+    layer = moe.RoutedMoE(config=cfg, num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
+                          mesh=mesh, kernel_init=nd_dense_init(1.0, "fan_in", "truncated_normal"),
+                          kernel_axes=("embed", "mlp"), intermediate_dim=shape["d_ff"], dtype=dtype,
+                          weight_dtype=dtype, rngs=nnx.Rngs(params=seed))
+    graphdef, params, rest = nnx.split(layer, nnx.Param, ...)
+
+    def f(p, x):
+        out, _lb_loss, _bias_updates = nnx.merge(graphdef, p, rest)(x)
+        return out
+
+    return f, params
+
+
+def main(argv=None):
+    import optax
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tiny", action="store_true", help="a tiny float32 config for a CPU smoke run")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--variants", default="naive,ours_exact,ours")
+    args = ap.parse_args(argv)
+    shape = TINY if args.tiny else QWEN3
+    dtype = jnp.float32 if args.tiny else jnp.bfloat16
+    b, s, d = shape["batch"], shape["seq"], shape["d_model"]
+    f, p0 = build_layer(shape, args.capacity_factor, dtype, 0)
+    layers = [p0] + [build_layer(shape, args.capacity_factor, dtype, i)[1] for i in range(1, args.layers)]
+    params0 = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+    xs = jax.random.normal(jax.random.PRNGKey(1), (args.steps, b, s, d), jnp.float32).astype(dtype)
+    target = jax.random.normal(jax.random.PRNGKey(2), (b, s, d), jnp.float32).astype(dtype)
+
+    def make_loss(moe):
+        def loss(stacked, x):
+            def body(h, lp):
+                return h + moe(lp, h), None
+            h, _ = jax.lax.scan(jax.checkpoint(body), x, stacked)
+            return jnp.mean((h.astype(jnp.float32) - target.astype(jnp.float32)) ** 2)
+        return loss
+
+    variants = {"naive": f, "ours_exact": jmf.optimize(f, mode="exact"), "ours": jmf.optimize(f, mode="dropless")}
+    print(jmf.explain(make_loss(f), params0, xs[0]))
+    opt = optax.adamw(1e-3)
+    tokens = b * s
+    routed_flops = 3 * 2.0 * 3 * tokens * shape["top_k"] * d * shape["d_ff"] * args.layers  # fwd+bwd, 3 GEMMs
+    rows = []
+    for name in args.variants.split(","):
+        loss_fn = make_loss(variants[name])
+
+        @jax.jit
+        def step(p, o, x, loss_fn=loss_fn):
+            val, g = jax.value_and_grad(loss_fn)(p, x)
+            u, o = opt.update(g, o, p)
+            return optax.apply_updates(p, u), o, val
+
+        try:
+            p, o, traj = params0, opt.init(params0), []
+            for i in range(args.steps):
+                p, o, val = step(p, o, xs[i])
+                traj.append(float(val))
+            ms = _common.time_ms(step, p, o, xs[0])
+            mem = step.lower(p, o, xs[0]).compile().memory_analysis()
+        except Exception as e:  # noqa: BLE001 - a failing variant must not cost the others
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+            rows.append({"case": "maxtext RoutedMoE", "impl": name, "pass": "train_step", "groups": "routed",
+                         "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            continue
+        peak = None if mem is None else int(mem.temp_size_in_bytes + mem.argument_size_in_bytes
+                                            + mem.output_size_in_bytes)
+        rows.append({"case": f"maxtext RoutedMoE x{args.layers}" + (" tiny" if args.tiny else " qwen3-30b-a3b"),
+                     "impl": name, "pass": "train_step", "groups": "routed", "ms": ms,
+                     "tflops": routed_flops / ms / 1e9, "tokens_per_s": tokens / ms * 1e3, "peak_bytes": peak,
+                     "loss_first": traj[0], "loss_last": traj[-1], "steps": args.steps})
+        print(f"{name:>11}: {ms:9.2f} ms/step  {routed_flops / ms / 1e9:8.2f} routed TFLOP/s  "
+              f"{tokens / ms * 1e3:10.0f} tok/s  loss {traj[0]:.5f} -> {traj[-1]:.5f}", flush=True)
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/train_step_maxtext.py"] + argv)
+    meta.update(shape=shape, dtype=jnp.dtype(dtype).name, layers=args.layers, capacity_factor=args.capacity_factor,
+                flops="routed expert GEMMs only (3 per layer, forward + backward), no padding")
+    path = _common.write_results(f"train_step_maxtext_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""),
+                                 meta, rows, "tflops", "MaxText RoutedMoE stack, training step (routed TFLOP/s)")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
