@@ -1,4 +1,5 @@
-// Shape rules of the FP8 quantize targets, shared by the CPU and CUDA handlers (header-only, no Python).
+// Argument rules of the FP8 quantize targets (dtypes, block sizes, shapes), shared by the CPU and CUDA
+// handlers so they cannot disagree (header-only, no Python).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,23 @@ inline ffi::Error check_quantize_shapes(const char* op, ffi::AnyBuffer::Dimensio
   view->batch = 1;
   for (size_t i = 0; i + 2 < rank; ++i) view->batch *= xd[i];
   return ffi::Error::Success();
+}
+
+// Everything a quantize call is checked for. block_rows x block_cols: 1 x 32 (MXFP8), 1 x 128 or 128 x 128
+// (blockwise); colwise: 1 x B blocks along R instead of C. Fills the view of x.
+inline ffi::Error check_quantize_call(const char* op, const ffi::AnyBuffer& x, ffi::DataType data_type,
+                                      ffi::AnyBuffer::Dimensions dd, ffi::AnyBuffer::Dimensions sd,
+                                      int64_t block_rows, int64_t block_cols, bool colwise, QuantizeView* view) {
+  const ffi::DataType t = x.element_type();
+  if (t != ffi::DataType::F32 && t != ffi::DataType::BF16 && t != ffi::DataType::F16)
+    return invalid(std::string(op) + ": x must be float32/bfloat16/float16");
+  if (data_type != ffi::DataType::F8E4M3FN && data_type != ffi::DataType::F8E5M2)
+    return invalid(std::string(op) + ": data must be float8_e4m3fn or float8_e5m2");
+  const bool tiles = block_rows > 1;
+  if (tiles && colwise)
+    return invalid(std::string(op) + ": colwise applies to 1x" + std::to_string(block_cols) +
+                   " blocks, not tiles");
+  return check_quantize_shapes(op, x.dimensions(), dd, sd, block_cols, colwise, tiles, view);
 }
 
 }  // namespace jax_moe_ffi

@@ -71,10 +71,6 @@ class ScopedIeeeDenormals {
 #endif
 };
 
-bool is_float_type(ffi::DataType t) {
-  return t == ffi::DataType::F32 || t == ffi::DataType::BF16 || t == ffi::DataType::F16;
-}
-bool is_fp8_type(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -200,14 +196,9 @@ void mx_cols(ffi::DataType type, const void* x, int64_t batch, int64_t rows, int
 // The [batch, rows, cols] view of x (rows = 1 for rank 1).
 ffi::Error QuantizeMxfp8Cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                             ffi::Result<ffi::Buffer<ffi::U8>> scale, bool colwise) {
-  auto xd = x.dimensions();
-  if (!is_float_type(x.element_type()))
-    return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
-  if (!is_fp8_type(data->element_type()))
-    return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
   QuantizeView v;
-  if (auto e = check_quantize_shapes("quantize_mxfp8", xd, data->dimensions(), scale->dimensions(), kMxBlock, colwise,
-                                     false, &v);
+  if (auto e = check_quantize_call("quantize_mxfp8", x, data->element_type(), data->dimensions(),
+                                   scale->dimensions(), 1, kMxBlock, colwise, &v);
       e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();
@@ -325,19 +316,13 @@ void blockwise_cols(ffi::DataType type, const void* x, int64_t batch, int64_t ro
 ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                                 ffi::Result<ffi::Buffer<ffi::F32>> scale, int64_t block_rows,
                                 int64_t block_cols, bool pow2_scale, bool colwise) {
-  auto xd = x.dimensions();
-  if (!is_float_type(x.element_type()))
-    return invalid("quantize_blockwise: x must be float32/bfloat16/float16");
-  if (!is_fp8_type(data->element_type()))
-    return invalid("quantize_blockwise: data must be float8_e4m3fn or float8_e5m2");
   if (block_cols != 128 || (block_rows != 1 && block_rows != 128))
     return invalid("quantize_blockwise: blocks must be 1x128 or 128x128, got " + std::to_string(block_rows) +
                    "x" + std::to_string(block_cols));
   const bool tiles = block_rows > 1;
-  if (tiles && colwise) return invalid("quantize_blockwise: colwise applies to 1x128 blocks, not 128x128 tiles");
   QuantizeView v;
-  if (auto e = check_quantize_shapes("quantize_blockwise", xd, data->dimensions(), scale->dimensions(), block_cols,
-                                     colwise, tiles, &v);
+  if (auto e = check_quantize_call("quantize_blockwise", x, data->element_type(), data->dimensions(),
+                                   scale->dimensions(), block_rows, block_cols, colwise, &v);
       e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();

@@ -72,10 +72,6 @@ ffi::Error cuda_error(const char* what) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool is_float_type(ffi::DataType t) {
-  return t == ffi::DataType::F32 || t == ffi::DataType::BF16 || t == ffi::DataType::F16;
-}
-bool is_fp8_type(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
 
 // ------------------------------------------------------------------------------------ PTX helpers
 __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
@@ -566,11 +562,14 @@ ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
   return cuda_error("quantize kernel");
 }
 
-// Shape checks (common/quantize_shapes.h, the same rules as the CPU handlers) and the job's view of x.
-ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyBuffer::Dimensions dd,
-                        ffi::AnyBuffer::Dimensions sd, int64_t block, bool colwise, bool tiles, Job* job) {
+// The call's checks (common/quantize_shapes.h, the same as the CPU handlers') and the job's view of x.
+ffi::Error check_call(const char* op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& data,
+                      ffi::AnyBuffer::Dimensions sd, int64_t block_rows, int64_t block_cols, bool colwise, Job* job) {
   QuantizeView v;
-  if (auto e = check_quantize_shapes(op, xd, dd, sd, block, colwise, tiles, &v); e.failure()) return e;
+  if (auto e = check_quantize_call(op, x, data.element_type(), data.dimensions(), sd, block_rows, block_cols, colwise,
+                                   &v);
+      e.failure())
+    return e;
   job->batch = v.batch;
   job->rows = v.rows;
   job->cols = v.cols;
@@ -580,13 +579,8 @@ ffi::Error check_shapes(const char* op, ffi::AnyBuffer::Dimensions xd, ffi::AnyB
 // ------------------------------------------------------------------------------------- handlers
 ffi::Error QuantizeMxfp8Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                              ffi::Result<ffi::Buffer<ffi::U8>> scale, bool colwise) {
-  if (!is_float_type(x.element_type())) return invalid("quantize_mxfp8: x must be float32/bfloat16/float16");
-  if (!is_fp8_type(data->element_type()))
-    return invalid("quantize_mxfp8: data must be float8_e4m3fn or float8_e5m2");
   Job job{x.untyped_data(), data->untyped_data(), scale->untyped_data(), 0, 0, 0};
-  if (auto e = check_shapes("quantize_mxfp8", x.dimensions(), data->dimensions(), scale->dimensions(), 32, colwise,
-                            false, &job);
-      e.failure())
+  if (auto e = check_call("quantize_mxfp8", x, *data, scale->dimensions(), 1, 32, colwise, &job); e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();
   return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
@@ -600,17 +594,12 @@ ffi::Error QuantizeMxfp8Cuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<
 ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                                  ffi::Result<ffi::Buffer<ffi::F32>> scale, int64_t block_rows, int64_t block_cols,
                                  bool pow2_scale, bool colwise) {
-  if (!is_float_type(x.element_type())) return invalid("quantize_blockwise: x must be float32/bfloat16/float16");
-  if (!is_fp8_type(data->element_type()))
-    return invalid("quantize_blockwise: data must be float8_e4m3fn or float8_e5m2");
   if (block_cols != 128 || (block_rows != 1 && block_rows != 128))
     return invalid("quantize_blockwise: blocks must be 1x128 or 128x128, got " + std::to_string(block_rows) + "x" +
                    std::to_string(block_cols));
   const bool tiles = block_rows > 1;
-  if (tiles && colwise) return invalid("quantize_blockwise: colwise applies to 1x128 blocks, not 128x128 tiles");
   Job job{x.untyped_data(), data->untyped_data(), scale->untyped_data(), 0, 0, 0};
-  if (auto e = check_shapes("quantize_blockwise", x.dimensions(), data->dimensions(), scale->dimensions(), 128,
-                            colwise, tiles, &job);
+  if (auto e = check_call("quantize_blockwise", x, *data, scale->dimensions(), block_rows, block_cols, colwise, &job);
       e.failure())
     return e;
   if (x.element_count() == 0) return ffi::Error::Success();
