@@ -89,6 +89,30 @@ def import_tokamax():
         return None
 
 
+def train_variant(loss_fn, params0, batches, optimizer) -> tuple[float, list[float], int | None]:
+    """Trains from params0 for one step per batch (value_and_grad of loss_fn(params, batch), then the optax
+    `optimizer`), then times the step on batches[0]. Returns (ms per step, losses per step, compiled peak
+    bytes: arguments + outputs + temporaries)."""
+    import jax
+    import optax
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    params, opt_state, losses = params0, optimizer.init(params0), []
+    for batch in batches:
+        params, opt_state, loss = step(params, opt_state, batch)
+        losses.append(float(loss))
+    ms = time_ms(step, params, opt_state, batches[0])
+    mem = step.lower(params, opt_state, batches[0]).compile().memory_analysis()
+    peak = None if mem is None else int(mem.temp_size_in_bytes + mem.argument_size_in_bytes
+                                        + mem.output_size_in_bytes)
+    return ms, losses, peak
+
+
 def metadata(argv: list[str]) -> dict:
     import jax
     import jaxlib

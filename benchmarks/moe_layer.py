@@ -18,7 +18,6 @@ import _common  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 import jax_moe_ffi as jmf  # noqa: E402
 from jax_moe_ffi import models  # noqa: E402

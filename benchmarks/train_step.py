@@ -23,7 +23,6 @@ import _common  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 import jax_moe_ffi as jmf  # noqa: E402
 
@@ -193,7 +192,7 @@ def main(argv=None):
         "naive": naive_loss,
         "ours_exact": jmf.optimize(naive_loss, mode="exact"),
         "ours": jmf.optimize(naive_loss, mode="dropless"),
-        "ours_fp8": lambda: jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
+        "ours_fp8": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
     tokamax = _common.import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
@@ -207,35 +206,13 @@ def main(argv=None):
         if name not in losses:
             print(f"{name}: not run (not available here)")
             continue
-        loss_fn = losses[name]
-        if name == "ours_fp8":
-            try:
-                loss_fn = loss_fn()
-            except NotImplementedError as e:
-                print(f"{name}: not run: {e}")
-                continue
-
-        @jax.jit
-        def step(params, opt_state, tokens, loss_fn=loss_fn):
-            loss, grads = jax.value_and_grad(loss_fn)(params, tokens)
-            updates, opt_state = opt.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss
-
         try:
-            params, opt_state = params0, opt.init(params0)
-            traj = []
-            for i in range(args.steps):
-                params, opt_state, loss = step(params, opt_state, data[i])
-                traj.append(float(loss))
-            ms = _common.time_ms(step, params, opt_state, data[0])
-            mem = step.lower(params, opt_state, data[0]).compile().memory_analysis()
+            ms, traj, peak = _common.train_variant(losses[name], params0, list(data), opt)
         except Exception as e:  # noqa: BLE001 - one failing variant must not cost the others
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"case": "tiny" if args.tiny else f"qwen3-30b-a3b x{cfg.layers} layers", "impl": name,
                          "pass": "train_step", "groups": "routed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
             continue
-        peak = None if mem is None else int(getattr(mem, "temp_size_in_bytes", 0) + getattr(
-            mem, "argument_size_in_bytes", 0) + getattr(mem, "output_size_in_bytes", 0))
         rows.append({"case": f"qwen3-30b-a3b x{cfg.layers} layers" if not args.tiny else "tiny", "impl": name,
                      "pass": "train_step", "groups": "routed", "ms": ms, "tflops": flops / ms / 1e9,
                      "tokens_per_s": cfg.tokens / ms * 1e3, "peak_bytes": peak, "loss_first": traj[0],

@@ -95,28 +95,13 @@ def main(argv=None):
     routed_flops = 3 * 2.0 * 3 * tokens * shape["top_k"] * d * shape["d_ff"] * args.layers  # fwd+bwd, 3 GEMMs
     rows = []
     for name in args.variants.split(","):
-        loss_fn = make_loss(variants[name])
-
-        @jax.jit
-        def step(p, o, x, loss_fn=loss_fn):
-            val, g = jax.value_and_grad(loss_fn)(p, x)
-            u, o = opt.update(g, o, p)
-            return optax.apply_updates(p, u), o, val
-
         try:
-            p, o, traj = params0, opt.init(params0), []
-            for i in range(args.steps):
-                p, o, val = step(p, o, xs[i])
-                traj.append(float(val))
-            ms = _common.time_ms(step, p, o, xs[0])
-            mem = step.lower(p, o, xs[0]).compile().memory_analysis()
+            ms, traj, peak = _common.train_variant(make_loss(variants[name]), params0, list(xs), opt)
         except Exception as e:  # noqa: BLE001 - a failing variant must not cost the others
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"case": "maxtext RoutedMoE", "impl": name, "pass": "train_step", "groups": "routed",
                          "error": f"{type(e).__name__}: {str(e)[:300]}"})
             continue
-        peak = None if mem is None else int(mem.temp_size_in_bytes + mem.argument_size_in_bytes
-                                            + mem.output_size_in_bytes)
         rows.append({"case": f"maxtext RoutedMoE x{args.layers}" + (" tiny" if args.tiny else " qwen3-30b-a3b"),
                      "impl": name, "pass": "train_step", "groups": "routed", "ms": ms,
                      "tflops": routed_flops / ms / 1e9, "tokens_per_s": tokens / ms * 1e3, "peak_bytes": peak,

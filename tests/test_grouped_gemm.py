@@ -1,6 +1,4 @@
 """grouped_matmul / grouped_matmul_wgrad against jax.lax.ragged_dot and a float64 NumPy reference."""
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -3,7 +3,6 @@ import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import jax_moe_ffi as jmf
 from jax_moe_ffi import examples, runtime

@@ -407,7 +407,6 @@ class Facts:
             return [self._scatter(e, fs)]
         if omaps is None:
             return None
-        out = e.outs[0]
         if name in IDENTITY_UNARY or name in ("broadcast_in_dim", "reshape", "squeeze", "transpose",
                                                "convert_element_type"):
             nf = self._transport_e(fs[0], omaps[0], 0)
