@@ -30,6 +30,19 @@ def check_float(op: str, name: str, x) -> None:
         raise TypeError(f"{op}: `{name}` must be float32, bfloat16 or float16, got {x.dtype}")
 
 
+def check_tokens_and_ids(op: str, x, expert_ids):
+    """x [T, D] float and expert_ids [T, k] (one row per token): the inputs of every dispatch."""
+    x = jnp.asarray(x)
+    check_rank(op, "x", x, 2, "[T, D]")
+    check_float(op, "x", x)
+    expert_ids = jnp.asarray(expert_ids)
+    check_rank(op, "expert_ids", expert_ids, 2, "[T, k]")
+    if expert_ids.shape[0] != x.shape[0]:
+        raise ValueError(f"{op}: `expert_ids` {tuple(expert_ids.shape)} must have one row per token of "
+                         f"`x` {tuple(x.shape)}")
+    return x, expert_ids
+
+
 def check_group_sizes(op: str, group_sizes, g: int):
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise TypeError(f"{op}: `group_sizes` must be an integer array, got {group_sizes.dtype}")

@@ -339,14 +339,7 @@ def moe_dispatch(x, expert_ids, num_experts: int, *, capacity: int | None = None
       R = `dispatch_num_rows(T, k, E, capacity, align)`.
     """
     op = "moe_dispatch"
-    x = jnp.asarray(x)
-    c.check_rank(op, "x", x, 2, "[T, D]")
-    c.check_float(op, "x", x)
-    expert_ids = jnp.asarray(expert_ids)
-    c.check_rank(op, "expert_ids", expert_ids, 2, "[T, k]")
-    if expert_ids.shape[0] != x.shape[0]:
-        raise ValueError(f"{op}: `expert_ids` {tuple(expert_ids.shape)} must have one row per token of "
-                         f"`x` {tuple(x.shape)}")
+    x, expert_ids = c.check_tokens_and_ids(op, x, expert_ids)
     if recipe is not None:
         raise NotImplementedError(f"{op}: recipe={recipe!r} (fused FP8 dispatch) is not implemented yet (only None)")
     routing = moe_routing(expert_ids, num_experts, capacity=capacity, keep=keep, align=align)

@@ -307,14 +307,7 @@ def _check_inputs(op, x, expert_ids, num_experts, axis_name, transport, align, c
         raise ValueError(f"{op}: `axis_name` (the expert mesh axis of the enclosing shard_map) is required")
     if transport not in TRANSPORTS:
         raise ValueError(f"{op}: `transport` must be one of {TRANSPORTS}, got {transport!r}")
-    x = jnp.asarray(x)
-    c.check_rank(op, "x", x, 2, "[T, D]")
-    c.check_float(op, "x", x)
-    expert_ids = jnp.asarray(expert_ids)
-    c.check_rank(op, "expert_ids", expert_ids, 2, "[T, k]")
-    if expert_ids.shape[0] != x.shape[0]:
-        raise ValueError(f"{op}: `expert_ids` {tuple(expert_ids.shape)} must have one row per token of "
-                         f"`x` {tuple(x.shape)}")
+    x, expert_ids = c.check_tokens_and_ids(op, x, expert_ids)
     if expert_ids.shape[1] < 1:
         raise ValueError(f"{op}: `expert_ids` must have k >= 1 choices per token, got {tuple(expert_ids.shape)}")
     num_experts = _static_int(op, "num_experts", num_experts, 1)

@@ -23,12 +23,9 @@ STRUCTURED = ("scan", "remat2", "checkpoint", "cond", "while")
 _ids = itertools.count()
 
 
-class Var:
-    __slots__ = ("aval", "id")
-
-    def __init__(self, aval):
-        self.aval = aval
-        self.id = next(_ids)
+class _Typed:
+    """shape / dtype / ndim of something with an `aval`."""
+    __slots__ = ()
 
     @property
     def shape(self):
@@ -41,6 +38,14 @@ class Var:
     @property
     def ndim(self):
         return len(self.aval.shape)
+
+
+class Var(_Typed):
+    __slots__ = ("aval", "id")
+
+    def __init__(self, aval):
+        self.aval = aval
+        self.id = next(_ids)
 
     @property
     def size(self):
@@ -50,25 +55,13 @@ class Var:
         return f"v{self.id}:{self.aval.str_short()}"
 
 
-class Lit:
+class Lit(_Typed):
     """A literal or a closed-over constant (val is a scalar or an array)."""
     __slots__ = ("val", "aval")
 
     def __init__(self, val, aval):
         self.val = val
         self.aval = aval
-
-    @property
-    def shape(self):
-        return tuple(self.aval.shape)
-
-    @property
-    def dtype(self):
-        return self.aval.dtype
-
-    @property
-    def ndim(self):
-        return len(self.aval.shape)
 
     def scalar(self):
         """The Python value when this is a scalar (or all-equal) constant, else None."""
