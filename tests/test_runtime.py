@@ -136,8 +136,9 @@ def test_on_stream_annotation_and_numerics():
     assert '_xla_stream_annotation = "3"' in g.lower(x, wu, wd).as_text()  # the backward is placed too
 
 
-def test_on_stream_with_ffi_dispatch_and_nesting():
-    t, d, e, k = 24, 16, 4, 2
+def _placed_roundtrip(t=24, d=16, e=4, k=2):
+    """Random tokens, expert ids and weights; a dispatch -> combine round trip, and it placed on the dispatch
+    stream."""
     x = jax.random.normal(key(), (t, d))
     ids = jax.random.randint(key(), (t, k), 0, e)
     w = jax.random.uniform(key(), (t, k))
@@ -145,7 +146,11 @@ def test_on_stream_with_ffi_dispatch_and_nesting():
     def roundtrip(x, ids, w):
         rows, _, routing = jmf.moe_dispatch(x, ids, e)
         return jmf.moe_combine(rows * 2.0, routing, w)
-    placed = rt.on_stream(roundtrip, rt.DISPATCH_STREAM)
+    return x, ids, w, roundtrip, rt.on_stream(roundtrip, rt.DISPATCH_STREAM)
+
+
+def test_on_stream_with_ffi_dispatch_and_nesting():
+    x, ids, w, roundtrip, placed = _placed_roundtrip()
     text = rt.lowered_text(placed, x, ids, w)
     assert '_xla_stream_annotation = "2"' in text and "jax_moe_ffi_dispatch" in text
     want = 2.0 * jnp.sum(w, axis=1, keepdims=True) * x
@@ -208,15 +213,7 @@ def test_on_stream_annotates_only_the_call():
 def test_on_stream_ffi_ops_under_grad_annotate_only_calls():
     """The FFI ops route through lax.platform_dependent (a conditional): under grad its branch and the custom_vjp
     rules are traced later by JAX, outside on_stream's Python call; they must stay unannotated too."""
-    t, d, e, k = 24, 16, 4, 2
-    x = jax.random.normal(key(), (t, d))
-    ids = jax.random.randint(key(), (t, k), 0, e)
-    w = jax.random.uniform(key(), (t, k))
-
-    def roundtrip(x, ids, w):
-        rows, _, routing = jmf.moe_dispatch(x, ids, e)
-        return jmf.moe_combine(rows * 2.0, routing, w)
-    placed = rt.on_stream(roundtrip, rt.DISPATCH_STREAM)
+    x, ids, w, roundtrip, placed = _placed_roundtrip()
     grad = jax.grad(lambda x, w: jnp.sum(placed(x, ids, w) ** 2), argnums=(0, 1))
     for platform in ("cpu", "cuda"):  # cuda without the CUDA library here: the pure-JAX fallback, inner calls
         annotated, regions = stream_regions(rt.lowered_text(grad, x, w, platform=platform))
