@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,bench,fp8,dispatch,moe,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,quantize,runtime,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -35,6 +35,11 @@ if [[ ",$what," == *",sanitize,"* ]]; then
     timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
     echo "$tool rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
   done
+fi
+if [[ ",$what," == *",cvt,"* ]]; then
+  log "exhaustive FP8 conversion check (hardware cvt == the CPU encoder)"
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I cc -o /tmp/check_fp8_cvt tools/check_fp8_cvt.cu \
+    && timeout 200 /tmp/check_fp8_cvt 2>&1 | tee "$OUT/check_fp8_cvt.log" | tail -6
 fi
 if [[ ",$what," == *",bench,"* ]]; then
   log "benchmark grouped gemm"
