@@ -18,8 +18,8 @@
 // the CPU's integer encoder (checked exhaustively on the H200 for every finite pattern and every shift:
 // tools/check_fp8_cvt.cu). x * 2^shift is exact unless it falls below 2^-126, and anything that small
 // encodes to +-0 either way (the smallest FP8 subnormal is 2^-16), so fp8(x * 2^shift) ==
-// encode_f32_bits(x, shift). NaN/Inf blocks do not go through the conversion: their codes are forced to 0x7F. Why not the integer encoder here: it costs
-// ~25 integer instructions per element, which made these kernels ALU-bound at ~55% of copy bandwidth
+// encode_f32_bits(x, shift). NaN/Inf blocks do not go through the conversion: their codes are forced
+// to 0x7F. Why not the integer encoder here: it costs ~25 integer instructions per element, which made these kernels ALU-bound at ~55% of copy bandwidth
 // (Hopper issues 64 integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM).
 // The library is built without --use_fast_math / -ftz=true, which the float steps rely on.
 //
@@ -607,7 +607,8 @@ ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Res
     using In = decltype(in_tag);
     return with_fmt(data->element_type(), [&](auto fmt_tag) -> ffi::Error {
       using F = decltype(fmt_tag);
-      return pow2_scale ? run<In, F, kPow2>(stream, job, colwise, tiles) : run<In, F, kDiv>(stream, job, colwise, tiles);
+      return pow2_scale ? run<In, F, kPow2>(stream, job, colwise, tiles)
+                        : run<In, F, kDiv>(stream, job, colwise, tiles);
     });
   });
 }
