@@ -19,8 +19,8 @@
 // tools/check_fp8_cvt.cu). x * 2^shift is exact unless it falls below 2^-126, and anything that small
 // encodes to +-0 either way (the smallest FP8 subnormal is 2^-16), so fp8(x * 2^shift) ==
 // encode_f32_bits(x, shift). NaN/Inf blocks do not go through the conversion: their codes are forced
-// to 0x7F. Why not the integer encoder here: it costs ~25 integer instructions per element, which made these kernels ALU-bound at ~55% of copy bandwidth
-// (Hopper issues 64 integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM).
+// to 0x7F. Why not the integer encoder here: it costs ~25 integer instructions per element, which made
+// these kernels ALU-bound at ~55% of copy bandwidth (Hopper issues 64 integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM).
 // The library is built without --use_fast_math / -ftz=true, which the float steps rely on.
 //
 // Kernels (no scratch, no host synchronisation: command-buffer compatible). A chunk is 8 consecutive
