@@ -9,19 +9,19 @@
 //                                    or 128x128 tiles ([..., ceil(R/128), ceil(C/128)]); attrs block_rows,
 //                                    block_cols, pow2_scale, colwise
 //
-// Bit-identical to the CPU handlers. The block maximum is the integer maximum of the |x| bit patterns
-// and every scale is computed from those bits with the integer helpers of common/dtypes.h, as on the
-// CPU (the only float operation there, s = amax / fp8_max, is __fdiv_rn: the IEEE division). Elements
-// are encoded as fp8(x * 2^shift) (power-of-two scales: MXFP8 and pow2 blockwise) or fp8(x / s)
-// (__fdiv_rn), where fp8() is the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32: round to nearest even,
-// saturating to the largest finite value -- for every finite float32 exactly fp8::encode_f32_bits(., 0),
-// the CPU's integer encoder (checked exhaustively on the H200 for every finite pattern and every shift:
-// tools/check_fp8_cvt.cu). x * 2^shift is exact unless it falls below 2^-126, and anything that small
-// encodes to +-0 either way (the smallest FP8 subnormal is 2^-16), so fp8(x * 2^shift) ==
-// encode_f32_bits(x, shift). NaN/Inf blocks do not go through the conversion: their codes are forced
-// to 0x7F. Why not the integer encoder here: it costs ~25 integer instructions per element, which made
-// these kernels ALU-bound at ~55% of copy bandwidth (Hopper issues 64 integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM).
-// The library is built without --use_fast_math / -ftz=true, which the float steps rely on.
+// Bit-identical to the CPU handlers. The block maximum is the integer maximum of the |x| bit patterns and
+// every scale is computed from those bits with the integer helpers of common/dtypes.h, as on the CPU (the
+// only float operation there, s = amax / fp8_max, is __fdiv_rn: the IEEE division). Elements are encoded as
+// fp8(x * 2^shift) (power-of-two scales: MXFP8 and pow2 blockwise) or fp8(x / s) (__fdiv_rn), where fp8() is
+// the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32: round to nearest even, saturating to the largest finite
+// value -- for every finite float32 exactly fp8::encode_f32_bits(., 0), the CPU's integer encoder (checked
+// exhaustively on the H200 for every finite pattern and every shift: tools/check_fp8_cvt.cu). x * 2^shift is
+// exact unless it falls below 2^-126, and anything that small encodes to +-0 either way (the smallest FP8
+// subnormal is 2^-16), so fp8(x * 2^shift) == encode_f32_bits(x, shift). NaN/Inf blocks do not go through
+// the conversion: their codes are forced to 0x7F. Why not the integer encoder here: it costs ~25 integer
+// instructions per element, which made these kernels ALU-bound at ~55% of copy bandwidth (Hopper issues 64
+// integer lanes per clock per SM; copy speed needs ~4 elements per clock per SM). The library is built
+// without --use_fast_math / -ftz=true, which the float steps rely on.
 //
 // Kernels (no scratch, no host synchronisation: command-buffer compatible). A chunk is 8 consecutive
 // elements of a row (one 16-byte load for bf16/f16, two for f32, when the row length is a multiple of
