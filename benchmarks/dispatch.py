@@ -11,7 +11,9 @@ Impls, for each pass:
   copy            y = 2 * a over an array of half the bytes below (same bytes read + written)
 Bytes of a pass = read once + written once = (T + T*k) * D * 2 for both dispatch and combine.
 The dispatch pass includes computing the routing (ours: the plan; baselines: argsort / cumsum); the
-combine pass starts from rows and routing already computed.
+combine pass starts from rows and routing already computed. For ours, passes `dispatch_plan_only` and
+`dispatch_gather_only` time the two halves of dispatch apart (their GB/s use the whole pass's bytes).
+JAX_MOE_FFI_DISPATCH_GATHER=rows selects the row-major gather kernel instead of the token-major one.
 Expert ids: 'even' = k distinct experts per token uniformly at random; 'skew' = k distinct experts
 drawn with Dirichlet(alpha) expert probabilities (shapes.json "skew" seed), Gumbel top-k.
 
@@ -153,6 +155,12 @@ def main(argv=None):
                         assert err < 1e-2, f"{name} combine differs from the first impl: {err}"
                     record(name, "dispatch", kind, _common.time_ms(fd, x, ids, e))
                     record(name, "combine", kind, _common.time_ms(fc, rows, routing, w))
+                    if name == "ours":  # where dispatch time goes: the plan alone, the gather alone
+                        from jax_moe_ffi.ops.dispatch import _dispatch_rows, moe_routing
+                        plan = jax.jit(lambda ids: moe_routing(ids, e))
+                        record(name, "dispatch_plan_only", kind, _common.time_ms(plan, ids))
+                        record(name, "dispatch_gather_only", kind,
+                               _common.time_ms(jax.jit(_dispatch_rows), x, routing))
                 except Exception as ex:  # noqa: BLE001 - a failing anchor is reported, not fatal
                     print(f"{case['name']} {name} {kind}: FAILED {type(ex).__name__}: {str(ex)[:300]}")
             if "copy" not in skip:

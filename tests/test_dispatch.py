@@ -332,13 +332,33 @@ def test_scaled_dispatch_target():
         ids = random_ids(rng, t, k, e, 0.1)
         _, _, routing = jmf.moe_dispatch(x, ids, e, align=4)
         scale = jnp.asarray(rng.random((t, k)) + 0.5, jnp.float32)
-        got = np.asarray(jax.jit(_dispatch_call, static_argnums=3)(x, routing.row_pair, scale, k), np.float32)
+        got = np.asarray(jax.jit(_dispatch_call, static_argnums=4)(x, routing.pos, routing.row_pair, scale, k),
+                         np.float32)
         rp = np.asarray(routing.row_pair)
         want = np.zeros((rp.shape[0], d), np.float32)
         ok = rp >= 0
         want[ok] = (np.asarray(x, np.float32)[rp[ok] // k] * np.asarray(scale).reshape(-1)[rp[ok]][:, None])
         want = np.asarray(jnp.asarray(want, dtype), np.float32)  # one rounding to the row dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_inconsistent_routing_gives_zero_rows():
+    """A hand-made routing whose pos and row_pair disagree: rows no pair holds are zero, never stale memory."""
+    from jax_moe_ffi.ops.dispatch import _dispatch_call
+    rng = np.random.default_rng()
+    t, k, e, d = 16, 2, 4, 12
+    x = random_x(rng, t, d, jnp.float32) + 3.0  # no zero entries
+    _, _, routing = jmf.moe_dispatch(x, random_ids(rng, t, k, e), e)
+    pos = np.asarray(routing.pos).copy()
+    broken = rng.choice(t * k, size=5, replace=False)
+    pos.reshape(-1)[broken] = -1  # these pairs' rows lose their owner
+    got = np.asarray(jax.jit(_dispatch_call, static_argnums=4)(x, jnp.asarray(pos), routing.row_pair, None, k))
+    rp = np.asarray(routing.row_pair)
+    for r in range(rp.shape[0]):
+        if rp[r] in broken:
+            assert np.all(got[r] == 0), r
+        else:
+            np.testing.assert_array_equal(got[r], np.asarray(x)[rp[r] // k])
 
 
 # ------------------------------------------------------------------------------- transformations
@@ -432,6 +452,30 @@ def test_bad_combine_inputs():
 
 
 # ------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("k", [1, 8, 10, 17])  # the token-major gather takes pairs 8 at a time
+def test_gpu_top_k_batches(k):
+    from jax_moe_ffi.ops.dispatch import _dispatch_call
+    rng = np.random.default_rng()
+    t, e, d = 300, 7, 136
+    ids = random_ids(rng, t, k, e, 0.05)
+    x = random_x(rng, t, d, jnp.bfloat16)
+    for kw in ({}, dict(capacity=2 * t * k // (3 * e), align=16)):
+        rows, sizes, routing = jmf.moe_dispatch(x, ids, e, **kw)
+        rows_r, sizes_r, routing_r = ref.moe_dispatch_reference(x, ids, e, **kw)
+        np.testing.assert_array_equal(np.asarray(routing.pos), np.asarray(routing_r.pos))
+        np.testing.assert_array_equal(np.asarray(rows, np.float32), np.asarray(rows_r, np.float32))
+    scale = jnp.asarray(rng.random((t, k)) + 0.5, jnp.float32)
+    got = jax.jit(_dispatch_call, static_argnums=4)(x, routing.pos, routing.row_pair, scale, k)
+    rp = np.asarray(routing.row_pair)
+    ok = rp >= 0
+    want = np.zeros((rp.shape[0], d), np.float32)
+    want[ok] = np.asarray(x, np.float32)[rp[ok] // k] * np.asarray(scale).reshape(-1)[rp[ok]][:, None]
+    want = np.asarray(jnp.asarray(want, jnp.bfloat16), np.float32)  # one rounding to the row dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("dtype", DTYPES)

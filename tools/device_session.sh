@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,profile,sweep,quantize,runtime,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -55,11 +55,34 @@ if [[ ",$what," == *",dispatch,"* ]]; then
   log "benchmark dispatch"
   timeout 300 python3 benchmarks/dispatch.py 2>&1 | tee "$OUT/dispatch.log" | tail -20
   cp benchmarks/results/dispatch_h200.* "$OUT/" 2>/dev/null
+  log "dispatch with the row-major gather kernel (A/B)"
+  JAX_MOE_FFI_DISPATCH_GATHER=rows timeout 200 python3 benchmarks/dispatch.py --skip argsort_gather,scatter_einsum \
+    --out dispatch_rows_gather_h200 2>&1 | tee "$OUT/dispatch_rows_gather.log" | tail -10
 fi
 if [[ ",$what," == *",moe,"* ]]; then
   log "benchmark MoE layer"
   timeout 400 python3 benchmarks/moe_layer.py 2>&1 | tee "$OUT/moe_layer.log" | tail -20
   cp benchmarks/results/moe_layer_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",profile,"* ]]; then
+  log "per-kernel profile of the optimized MoE layer"
+  timeout ${T_PROFILE:-200} python3 benchmarks/profile_layer.py 2>&1 | tee "$OUT/profile_layer.log" | tail -60
+  cp benchmarks/results/profile_layer_h200.json "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",sweep,"* ]]; then
+  # Tile configurations switched at run time (no rebuild): bf16 forward, then FP8 forward kernel.
+  for tiles in ${SWEEP_TILES:-large small}; do
+    log "bf16 tiles=$tiles"
+    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_SWEEP:-150} python3 benchmarks/grouped_gemm.py --skip xla_ragged_dot,tokamax \
+      --no-torch --passes fwd --out sweep_bf16_${tiles}_h200 ${SWEEP_ARGS:-} 2>&1 | grep " ours \|skew" | tail -12
+  done
+  for tiles in ${SWEEP_FP8_TILES:-small}; do
+    log "fp8 tiles=$tiles"
+    JAX_MOE_FFI_FP8_TILES=$tiles timeout ${T_SWEEP:-150} python3 benchmarks/grouped_gemm.py --recipe blockwise \
+      --skip xla_ragged_dot,tokamax,ours_fp8_with_quant --no-torch --passes fwd --out sweep_fp8_${tiles}_h200 \
+      ${SWEEP_ARGS:-} 2>&1 | grep "ours_fp8 " | tail -12
+  done
+  cp benchmarks/results/sweep_*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
@@ -76,4 +99,5 @@ if [[ ",$what," == *",train,"* ]]; then
   timeout ${T_TRAIN:-500} python3 benchmarks/train_step.py ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step.log" | tail -15
   cp benchmarks/results/train_step_h200.* "$OUT/" 2>/dev/null
 fi
+cp benchmarks/results/dispatch_rows_gather_h200.* "$OUT/" 2>/dev/null
 log done

@@ -1,5 +1,6 @@
-"""Small grouped GEMM cases for compute-sanitizer (memcheck / racecheck): empty groups, sum < M,
-odd sizes, forward, dgrad and wgrad, bf16 and f32 outputs."""
+"""Small cases for compute-sanitizer (memcheck / racecheck): grouped GEMM with empty groups, sum < M,
+odd sizes, forward, dgrad and wgrad, bf16 and f32 outputs; dispatch/combine (plan with its
+last-block ticket, token-major gather, padding rows) with capacity, alignment and k > 8."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,4 +18,11 @@ for m, k, n, sizes in [(200, 64, 128, [0, 50, 0, 77, 3]), (37, 16, 24, [37]), (1
                 jmf.grouped_matmul(dout, rhs, gs, transpose_rhs=True, preferred_element_type=pet),
                 jmf.grouped_matmul_wgrad(lhs, dout, gs, preferred_element_type=pet)]
         jax.block_until_ready(outs)
+for t, k, e, d, kw in [(300, 10, 7, 136, dict(capacity=200, align=16)), (64, 2, 300, 64, {}), (0, 2, 4, 8, {})]:
+    x = jnp.asarray(rng.standard_normal((t, d)), jnp.bfloat16)
+    ids = jnp.asarray(rng.integers(-1, e, (t, k)), jnp.int32)
+    w = jnp.asarray(rng.random((t, k)), jnp.float32)
+    f = lambda x, w: jnp.sum(jmf.moe_combine(jmf.moe_dispatch(x, ids, e, **kw)[0] * 2,
+                                             jmf.moe_dispatch(x, ids, e, **kw)[2], w).astype(jnp.float32))
+    jax.block_until_ready(jax.grad(f, (0, 1))(x, w))
 print("sanitize cases ran")

@@ -28,7 +28,7 @@ struct PlanDims {
 };
 
 // expert_ids [T,k] S32, keep [T,k] PRED or [0] (no mask); outputs pos [T,k], row_pair [R],
-// counts [E], group_sizes [E], workspace [W] (CUDA needs W >= chunks*E + E; CPU ignores it).
+// counts [E], group_sizes [E], workspace [W] (CUDA needs W >= chunks*E + E + 1; CPU ignores it).
 template <typename IdsBuf, typename KeepBuf>
 ffi::Error plan_dims(const IdsBuf& ids, const KeepBuf& keep, ffi::AnyBuffer::Dimensions pos,
                      ffi::AnyBuffer::Dimensions row_pair, ffi::AnyBuffer::Dimensions counts,
@@ -83,6 +83,20 @@ inline ffi::Error rows_dims(const char* op, ffi::AnyBuffer::Dimensions xd, const
   d->r = rd[0];
   d->k = top_k;
   d->p = d->t * top_k;
+  return ffi::Error::Success();
+}
+
+// dispatch's index arguments: pos [T,k], row_pair [R], scale [T,k] or none.
+inline ffi::Error dispatch_index_dims(ffi::AnyBuffer::Dimensions pos, ffi::AnyBuffer::Dimensions row_pair,
+                                      size_t scale_count, const RowsDims& d) {
+  if (pos.size() != 2 || pos[0] != d.t || pos[1] != d.k)
+    return invalid("dispatch: pos must be [T,k] = [" + std::to_string(d.t) + "," + std::to_string(d.k) +
+                   "], got " + dims_str(pos));
+  if (row_pair.size() != 1 || row_pair[0] != d.r)
+    return invalid("dispatch: row_pair must be [R] = [" + std::to_string(d.r) + "], got " + dims_str(row_pair));
+  if (scale_count != 0 && static_cast<int64_t>(scale_count) != d.p)
+    return invalid("dispatch: scale must have T*k = " + std::to_string(d.p) + " elements or none, got " +
+                   std::to_string(scale_count));
   return ffi::Error::Success();
 }
 

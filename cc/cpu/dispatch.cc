@@ -2,7 +2,7 @@
 // family and what CI runs. Index rules live in common/dispatch_plan.h (shared with CUDA).
 //
 //   jax_moe_ffi_dispatch_plan : expert_ids[T,k], keep[T,k]|[0] -> pos, row_pair, counts, group_sizes, workspace
-//   jax_moe_ffi_dispatch      : x[T,D], row_pair[R], scale[P]|[0]  -> rows[R,D]   (rows[r] = scale[p] * x[p / k])
+//   jax_moe_ffi_dispatch      : x[T,D], pos[T,k], row_pair[R], scale[P]|[0] -> rows[R,D]   (rows[r] = scale[p] * x[p / k])
 //   jax_moe_ffi_combine       : rows[R,D], pos[T,k], weights[T,k]  -> y[T,D]      (f32 accumulation)
 //   jax_moe_ffi_combine_bwd   : dy[T,D], rows[R,D], row_pair[R], weights[T,k] -> drows[R,D], dweights[T,k]
 #include <algorithm>
@@ -125,19 +125,16 @@ ffi::Error DispatchPlanCpu(ffi::Buffer<ffi::S32> expert_ids, ffi::Buffer<ffi::PR
 // Rows are copied verbatim (unscaled) or as round(scale[p] * x) (the backward of combine).
 // FP8 seam: fused quantisation of the dispatched rows (issue: FP8) will add a `quant` attribute and
 // data/scale results; the store below is where a row would be quantised instead of copied.
-ffi::Error DispatchCpu(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> row_pair, ffi::Buffer<ffi::F32> scale,
-                       ffi::Result<ffi::AnyBuffer> rows, int64_t top_k) {
+ffi::Error DispatchCpu(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> pos, ffi::Buffer<ffi::S32> row_pair,
+                       ffi::Buffer<ffi::F32> scale, ffi::Result<ffi::AnyBuffer> rows, int64_t top_k) {
   RowsDims d;
   if (auto err = rows_dims("dispatch", x.dimensions(), "x", rows->dimensions(), "rows", top_k, &d);
       err.failure())
     return err;
-  if (row_pair.dimensions().size() != 1 || row_pair.dimensions()[0] != d.r)
-    return invalid("dispatch: row_pair must be [R] = [" + std::to_string(d.r) + "], got " +
-                   dims_str(row_pair.dimensions()));
+  if (auto err = dispatch_index_dims(pos.dimensions(), row_pair.dimensions(), scale.element_count(), d);
+      err.failure())
+    return err;
   const int64_t scale_n = static_cast<int64_t>(scale.element_count());
-  if (scale_n != 0 && scale_n != d.p)
-    return invalid("dispatch: scale must have T*k = " + std::to_string(d.p) + " elements or none, got " +
-                   dims_str(scale.dimensions()));
   if (!is_float_type(x.element_type()) || rows->element_type() != x.element_type())
     return invalid("dispatch: x must be float32/bfloat16/float16 and rows of the same dtype");
 
@@ -146,11 +143,14 @@ ffi::Error DispatchCpu(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> row_pair, ffi::Bu
   const char* src = static_cast<const char*>(x.untyped_data());
   char* dst = static_cast<char*>(rows->untyped_data());
   const int32_t* rp = row_pair.typed_data();
+  const int32_t* ps = pos.typed_data();
   const float* sc = scale.typed_data();
   std::vector<float> buf(scale_n ? d.d : 0);
   for (int64_t r = 0; r < d.r; ++r) {
     const int32_t p = rp[r];
-    if (p < 0 || p >= d.p) {  // padding, or a value no plan produces: a zero row, never a stray read
+    // Row r holds pair p only when pos agrees (a plan always makes them agree; a hand-made routing that
+    // does not gets zeros, as on CUDA, where the gather is token-major and reads pos).
+    if (p < 0 || p >= d.p || ps[p] != r) {
       std::memset(dst + r * row_bytes, 0, row_bytes);
       continue;
     }
@@ -266,6 +266,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiDispatchPlanCpu, jax_moe_ffi::DispatchPla
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiDispatchCpu, jax_moe_ffi::DispatchCpu,
                               xla::ffi::Ffi::Bind()
                                   .Arg<xla::ffi::AnyBuffer>()               // x [T,D]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()   // pos [T,k]
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()   // row_pair [R]
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()   // scale [T,k] or [0]
                                   .Ret<xla::ffi::AnyBuffer>()               // rows [R,D]

@@ -2,32 +2,37 @@
 // Index rules: common/dispatch_plan.h; semantics: jax_moe_ffi/ops/dispatch.py. Same targets as the CPU file:
 //
 //   jax_moe_ffi_dispatch_plan : expert_ids[T,k], keep[T,k]|[0] -> pos, row_pair, counts, group_sizes, workspace
-//   jax_moe_ffi_dispatch      : x[T,D], row_pair[R], scale[P]|[0]  -> rows[R,D]
+//   jax_moe_ffi_dispatch      : x[T,D], pos[T,k], row_pair[R], scale[P]|[0] -> rows[R,D]
 //   jax_moe_ffi_combine       : rows[R,D], pos[T,k], weights[T,k]  -> y[T,D]
 //   jax_moe_ffi_combine_bwd   : dy[T,D], rows[R,D], row_pair[R], weights[T,k] -> drows[R,D], dweights[T,k]
 //
-// Everything stays on the device: the plan is four small kernels (+ one memset) on the stream,
-// its scratch is an XLA output (`workspace`), no host synchronisation, no device->host copies, so
-// every handler is CUDA-graph (command buffer) compatible.
+// Everything stays on the device: the plan is three small kernels on the stream, its scratch is an
+// XLA output (`workspace`), no host synchronisation, no device->host copies, so every handler is
+// CUDA-graph (command buffer) compatible.
 //
-// Plan (P pairs in chunks of `chunk`, W = chunks*E + E int32 workspace):
+// Plan (P pairs in chunks of `chunk`, W = chunks*E + E + 1 int32 workspace: histograms, offsets, ticket):
 //   1. rank:   one warp per chunk walks its pairs 32 at a time in flat order; __match_any_sync groups
 //              lanes of one expert, so each pair gets its stable rank inside the chunk; per-chunk
-//              histograms go to workspace[c*E + e] (shared memory while E is small).
-//   2. scan_c: one warp per expert turns the chunk histograms into exclusive prefixes (stable across
-//              chunks) and writes the expert total.
-//   3. scan_e: one block: counts = min(total, C), group_sizes = round_up(counts, align), offsets =
-//              exclusive scan of group_sizes (workspace tail).
-//   4. final:  per pair: rank = chunk prefix + in-chunk rank; drop if rank >= C; pos = offset + rank,
-//              row_pair[pos] = p. row_pair starts as -1 (memset) so padding rows read as "no pair".
+//              histograms go to workspace[c*E + e] (shared memory while E is small). The same launch
+//              fills row_pair with -1 (padding rows read as "no pair") and zeroes the ticket.
+//   2. scan:   one warp per expert turns the chunk histograms into exclusive prefixes (stable across
+//              chunks) and writes the expert total; the last block to finish (ticket) then computes
+//              counts = min(total, C), group_sizes = round_up(counts, align) and the group offsets.
+//   3. final:  per pair: rank = chunk prefix + in-chunk rank; drop if rank >= C; pos = offset + rank,
+//              row_pair[pos] = p.
+// Kernels 1-2 used to be a memset and three launches; fusing them saves launch gaps on a pass that
+// is ~1/3 of dispatch time at the benchmark shapes.
 // Gather / combine move 16-byte vectors (uint4) when the row size and pointers allow, else 8/4/2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "common/dispatch_plan.h"
 #include "common/ffi_helpers.h"
@@ -85,9 +90,15 @@ template <bool kShared>
 __global__ void plan_rank_kernel(const int32_t* __restrict__ ids, const bool* __restrict__ keep,
                                  int64_t num_pairs, int32_t num_experts, int64_t chunk,
                                  int64_t num_chunks, int32_t* __restrict__ hist,
-                                 int32_t* __restrict__ local) {
+                                 int32_t* __restrict__ local, int32_t* __restrict__ row_pair,
+                                 int64_t num_rows, int32_t* __restrict__ ticket) {
   extern __shared__ int32_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Side jobs of this launch (the finalize kernel, two launches later, writes the kept rows).
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < num_rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    row_pair[r] = -1;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *ticket = 0;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kRankWarps + warp;
   if (c >= num_chunks) return;  // whole warps exit together
   int32_t* cnt = kShared ? smem + static_cast<int64_t>(warp) * num_experts : hist + c * num_experts;
@@ -121,32 +132,11 @@ __global__ void plan_rank_kernel(const int32_t* __restrict__ ids, const bool* __
   }
 }
 
-// One warp per expert: exclusive prefix over chunks (in place) and the expert's total.
-__global__ void plan_chunk_scan_kernel(int32_t* __restrict__ hist, int64_t num_chunks,
-                                       int32_t num_experts, int32_t* __restrict__ totals) {
-  const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (e >= num_experts) return;
-  int32_t carry = 0;
-  for (int64_t c0 = 0; c0 < num_chunks; c0 += 32) {
-    const int64_t c = c0 + lane;
-    const int32_t v = c < num_chunks ? hist[c * num_experts + e] : 0;
-    int32_t incl = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t n = __shfl_up_sync(kFull, incl, o);
-      if (lane >= o) incl += n;
-    }
-    if (c < num_chunks) hist[c * num_experts + e] = carry + incl - v;
-    carry += __shfl_sync(kFull, incl, 31);
-  }
-  if (lane == 0) totals[e] = carry;
-}
-
-// One block of 1024 threads: counts (capacity-clipped), padded group sizes, group offsets.
-__global__ void plan_expert_scan_kernel(int32_t num_experts, int64_t capacity, int64_t align,
-                                        int32_t* __restrict__ counts, int32_t* __restrict__ group_sizes,
-                                        int32_t* __restrict__ offsets) {
+// One block of up to 1024 threads: counts (capacity-clipped), padded group sizes, group offsets.
+// `counts` holds each expert's total on entry.
+__device__ void expert_scan(int32_t num_experts, int64_t capacity, int64_t align,
+                            int32_t* __restrict__ counts, int32_t* __restrict__ group_sizes,
+                            int32_t* __restrict__ offsets) {
   __shared__ int32_t warp_sums[32];
   __shared__ int32_t carry_s;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -156,7 +146,7 @@ __global__ void plan_expert_scan_kernel(int32_t num_experts, int64_t capacity, i
     const int32_t e = e0 + tid;
     int32_t padded = 0;
     if (e < num_experts) {
-      int64_t c = counts[e];  // the expert's total, written by plan_chunk_scan_kernel
+      int64_t c = __ldcg(counts + e);  // written by other blocks of this launch: read past L1
       if (capacity >= 0 && c > capacity) c = capacity;
       padded = static_cast<int32_t>(round_up(c, align));
       counts[e] = static_cast<int32_t>(c);
@@ -188,6 +178,40 @@ __global__ void plan_expert_scan_kernel(int32_t num_experts, int64_t capacity, i
     if (tid == blockDim.x - 1) carry_s = carry + warp_base + incl;
     __syncthreads();
   }
+}
+
+// One warp per expert: exclusive prefix over chunks (in place) and the expert's total; the last
+// block to finish runs expert_scan (the threadfence + ticket pattern: deterministic, one writer).
+__global__ void plan_scan_kernel(int32_t* __restrict__ hist, int64_t num_chunks, int32_t num_experts,
+                                 int64_t capacity, int64_t align, int32_t* __restrict__ counts,
+                                 int32_t* __restrict__ group_sizes, int32_t* __restrict__ offsets,
+                                 int32_t* __restrict__ ticket) {
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (e < num_experts) {
+    int32_t carry = 0;
+    for (int64_t c0 = 0; c0 < num_chunks; c0 += 32) {
+      const int64_t c = c0 + lane;
+      const int32_t v = c < num_chunks ? hist[c * num_experts + e] : 0;
+      int32_t incl = v;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t n = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += n;
+      }
+      if (c < num_chunks) hist[c * num_experts + e] = carry + incl - v;
+      carry += __shfl_sync(kFull, incl, 31);
+    }
+    if (lane == 0) counts[e] = carry;
+  }
+  __shared__ bool last;
+  __threadfence();  // totals visible device-wide before this block takes its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  expert_scan(num_experts, capacity, align, counts, group_sizes, offsets);
 }
 
 // One thread per pair: final row of each kept pair; `pos` holds the in-chunk rank on entry.
@@ -228,40 +252,36 @@ ffi::Error DispatchPlanCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> expert_id
       err.failure())
     return err;
   if (d.e > INT32_MAX) return invalid("dispatch_plan: too many experts");
-  const int64_t need = d.chunks * d.e + d.e;
+  const int64_t need = d.chunks * d.e + d.e + 1;
   if (static_cast<int64_t>(workspace->element_count()) < need)
-    return invalid("dispatch_plan: workspace must hold chunks*E + E = " + std::to_string(need) +
+    return invalid("dispatch_plan: workspace must hold chunks*E + E + 1 = " + std::to_string(need) +
                    " int32, got " + dims_str(workspace->dimensions()));
   const int32_t e = static_cast<int32_t>(d.e);
   int32_t* hist = workspace->typed_data();
   int32_t* offsets = hist + d.chunks * d.e;
+  int32_t* ticket = offsets + d.e;
   int32_t* pos_p = pos->typed_data();
   int32_t* rp = row_pair->typed_data();
   int32_t* cnt = counts->typed_data();
   const int32_t* ids = expert_ids.typed_data();
   const bool* kp = d.has_keep ? keep.typed_data() : nullptr;
 
-  if (d.r > 0) {
-    if (cudaError_t st = cudaMemsetAsync(rp, 0xff, d.r * sizeof(int32_t), stream); st != cudaSuccess)  // -1: no pair
-      return ffi::Error(ffi::ErrorCode::kInternal,
-                        std::string("jax_moe_ffi: dispatch_plan memset: ") + cudaGetErrorString(st));
+  // Rank launch: at least one block so row_pair and the ticket are initialised even with no pairs.
+  const int rank_blocks = static_cast<int>(std::max<int64_t>(1, cdiv(d.chunks, kRankWarps)));
+  const size_t shared = static_cast<size_t>(kRankWarps) * d.e * sizeof(int32_t);
+  if (shared <= kSharedHistBytes) {
+    plan_rank_kernel<true><<<rank_blocks, kRankWarps * 32, shared, stream>>>(
+        ids, kp, d.p, e, chunk, d.chunks, hist, pos_p, rp, d.r, ticket);
+  } else {
+    plan_rank_kernel<false><<<rank_blocks, kRankWarps * 32, 0, stream>>>(
+        ids, kp, d.p, e, chunk, d.chunks, hist, pos_p, rp, d.r, ticket);
   }
-  if (d.chunks > 0) {
-    const int blocks = static_cast<int>(cdiv(d.chunks, kRankWarps));
-    const size_t shared = static_cast<size_t>(kRankWarps) * d.e * sizeof(int32_t);
-    if (shared <= kSharedHistBytes) {
-      plan_rank_kernel<true><<<blocks, kRankWarps * 32, shared, stream>>>(ids, kp, d.p, e, chunk,
-                                                                          d.chunks, hist, pos_p);
-    } else {
-      plan_rank_kernel<false><<<blocks, kRankWarps * 32, 0, stream>>>(ids, kp, d.p, e, chunk,
-                                                                       d.chunks, hist, pos_p);
-    }
-    if (auto err = cuda_error("dispatch_plan rank kernel"); err.failure()) return err;
-  }
-  plan_chunk_scan_kernel<<<static_cast<int>(cdiv(d.e * 32, 256)), 256, 0, stream>>>(hist, d.chunks, e, cnt);
-  if (auto err = cuda_error("dispatch_plan chunk scan kernel"); err.failure()) return err;
-  plan_expert_scan_kernel<<<1, 1024, 0, stream>>>(e, capacity, align, cnt, group_sizes->typed_data(), offsets);
-  if (auto err = cuda_error("dispatch_plan expert scan kernel"); err.failure()) return err;
+  if (auto err = cuda_error("dispatch_plan rank kernel"); err.failure()) return err;
+  constexpr int kScanThreads = 256;  // 8 experts per block; the last block scans all E with 256 threads
+  plan_scan_kernel<<<static_cast<int>(std::max<int64_t>(1, cdiv(d.e * 32, kScanThreads))), kScanThreads, 0,
+                     stream>>>(hist, d.chunks, e, capacity, align, cnt, group_sizes->typed_data(), offsets,
+                               ticket);
+  if (auto err = cuda_error("dispatch_plan scan kernel"); err.failure()) return err;
   if (d.p > 0) {
     plan_finalize_kernel<<<static_cast<int>(cdiv(d.p, 256)), 256, 0, stream>>>(
         ids, d.p, e, chunk, capacity, d.r, hist, offsets, pos_p, rp);
@@ -310,9 +330,90 @@ bool is_float_type(ffi::DataType t) {
 }
 
 // -------------------------------------------------------------------------------- dispatch
-// One warp per output row: a byte copy of the token's row in V-sized vectors, or zeros.
-template <typename V>
-__global__ void gather_rows_kernel(const V* __restrict__ x, const int32_t* __restrict__ row_pair,
+// Row r holds pair p = row_pair[r] when p is a pair and pos[p] == r (a plan always makes them agree;
+// the check keeps a hand-made routing from leaving a row unwritten or written twice); else zeros.
+__device__ __forceinline__ bool row_is_held(const int32_t* __restrict__ pos, int32_t p, int64_t r,
+                                            int64_t num_pairs) {
+  return p >= 0 && p < num_pairs && pos[p] == r;
+}
+
+template <typename Elem, typename V, bool kScaled>
+__device__ __forceinline__ V scaled_vec(V in, float s) {
+  if constexpr (!kScaled) {
+    return in;
+  } else {
+    using P = Pack<typename Elem::S, V>;
+    P a, b;
+    a.raw = in;
+#pragma unroll
+    for (int i = 0; i < P::N; ++i) b.e[i] = Elem::store(s * Elem::load(a.e[i]));
+    return b.raw;
+  }
+}
+
+// Token-major gather: one warp per token reads the token's row once and stores it to the rows of
+// its (up to kPairBatch at a time) kept pairs: HBM traffic is T*D reads + R*D writes, instead of
+// R*D reads (through L2) + R*D writes for a row-major gather. Blocks past `token_blocks` zero the
+// rows no pair holds (padding), 32 rows per warp, found by a ballot over row_pair.
+constexpr int kPairBatch = 8;
+template <typename Elem, typename V, bool kScaled>
+__global__ void gather_tokens_kernel(const V* __restrict__ x, const int32_t* __restrict__ pos,
+                                     const int32_t* __restrict__ row_pair, const float* __restrict__ scale,
+                                     int64_t num_tokens, int64_t top_k, int64_t num_rows, int64_t nvec,
+                                     int64_t token_blocks, V* __restrict__ rows) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t num_pairs = num_tokens * top_k;
+  if (blockIdx.x < token_blocks) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+    if (t >= num_tokens) return;
+    const V* src = x + t * nvec;
+    for (int64_t j0 = 0; j0 < top_k; j0 += kPairBatch) {
+      int32_t mine = -1;
+      float my_scale = 1.0f;
+      if (lane < kPairBatch && j0 + lane < top_k) {
+        const int64_t p = t * top_k + j0 + lane;
+        const int32_t r = pos[p];
+        if (r >= 0 && r < num_rows && row_pair[r] == p) {
+          mine = r;
+          if constexpr (kScaled) my_scale = scale[p];
+        }
+      }
+      int64_t dst[kPairBatch];
+      float s[kPairBatch];
+#pragma unroll
+      for (int i = 0; i < kPairBatch; ++i) {
+        const int32_t r = __shfl_sync(kFull, mine, i);
+        dst[i] = r < 0 ? -1 : static_cast<int64_t>(r) * nvec;
+        s[i] = __shfl_sync(kFull, my_scale, i);
+      }
+      if (__ballot_sync(kFull, mine >= 0) == 0) continue;
+#pragma unroll 2
+      for (int64_t v = lane; v < nvec; v += 32) {
+        const V in = __ldg(src + v);
+        // FP8 seam: a quantising store (E4M3 data + block scales as extra outputs) replaces this.
+#pragma unroll
+        for (int i = 0; i < kPairBatch; ++i)
+          if (dst[i] >= 0) rows[dst[i] + v] = scaled_vec<Elem, V, kScaled>(in, s[i]);
+      }
+    }
+    return;
+  }
+  const int64_t r0 = ((static_cast<int64_t>(blockIdx.x) - token_blocks) * kWarpsPerBlock + warp) * 32;
+  if (r0 >= num_rows) return;
+  const int64_t r = r0 + lane;
+  const bool empty = r < num_rows && !row_is_held(pos, r < num_rows ? row_pair[r] : -1, r, num_pairs);
+  for (unsigned m = __ballot_sync(kFull, empty); m != 0; m &= m - 1) {
+    V* dst = rows + (r0 + __ffs(m) - 1) * nvec;
+    const V z = zero_vec<V>();
+    for (int64_t v = lane; v < nvec; v += 32) dst[v] = z;
+  }
+}
+
+// Row-major gather (one warp per output row; JAX_MOE_FFI_DISPATCH_GATHER=rows selects it, for
+// comparison): rows[r] = scale[p] * x[p / k] or zeros, same rule as the token-major kernel.
+template <typename Elem, typename V, bool kScaled>
+__global__ void gather_rows_kernel(const V* __restrict__ x, const int32_t* __restrict__ pos,
+                                   const int32_t* __restrict__ row_pair, const float* __restrict__ scale,
                                    int64_t num_rows, int64_t num_pairs, int64_t top_k, int64_t nvec,
                                    V* __restrict__ rows) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -320,58 +421,35 @@ __global__ void gather_rows_kernel(const V* __restrict__ x, const int32_t* __res
   if (r >= num_rows) return;
   const int32_t p = row_pair[r];
   V* dst = rows + r * nvec;
-  if (p < 0 || p >= num_pairs) {
+  if (!row_is_held(pos, p, r, num_pairs)) {
     const V z = zero_vec<V>();
     for (int64_t v = lane; v < nvec; v += 32) dst[v] = z;
     return;
   }
   const V* src = x + (p / top_k) * nvec;
-  // FP8 seam: a quantising store (E4M3 data + block scales as extra outputs) replaces this copy.
+  const float s = kScaled ? scale[p] : 1.0f;
 #pragma unroll 4
-  for (int64_t v = lane; v < nvec; v += 32) dst[v] = __ldg(src + v);
+  for (int64_t v = lane; v < nvec; v += 32) dst[v] = scaled_vec<Elem, V, kScaled>(__ldg(src + v), s);
 }
 
-// Scaled variant (the backward of combine without the weight gradient): rows[r] = round(s[p] * x[t]).
-template <typename Elem, typename V>
-__global__ void gather_scaled_kernel(const V* __restrict__ x, const int32_t* __restrict__ row_pair,
-                                     const float* __restrict__ scale, int64_t num_rows,
-                                     int64_t num_pairs, int64_t top_k, int64_t nvec,
-                                     V* __restrict__ rows) {
-  using P = Pack<typename Elem::S, V>;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= num_rows) return;
-  const int32_t p = row_pair[r];
-  V* dst = rows + r * nvec;
-  if (p < 0 || p >= num_pairs) {
-    const V z = zero_vec<V>();
-    for (int64_t v = lane; v < nvec; v += 32) dst[v] = z;
-    return;
-  }
-  const V* src = x + (p / top_k) * nvec;
-  const float s = scale[p];
-#pragma unroll 4
-  for (int64_t v = lane; v < nvec; v += 32) {
-    P in, out;
-    in.raw = __ldg(src + v);
-#pragma unroll
-    for (int i = 0; i < P::N; ++i) out.e[i] = Elem::store(s * Elem::load(in.e[i]));
-    dst[v] = out.raw;
-  }
+bool row_major_gather_requested() {
+  static const bool rows = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_DISPATCH_GATHER");
+    return v != nullptr && std::string(v) == "rows";
+  }();
+  return rows;
 }
 
-ffi::Error DispatchCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Buffer<ffi::S32> row_pair,
-                        ffi::Buffer<ffi::F32> scale, ffi::Result<ffi::AnyBuffer> rows, int64_t top_k) {
+ffi::Error DispatchCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Buffer<ffi::S32> pos,
+                        ffi::Buffer<ffi::S32> row_pair, ffi::Buffer<ffi::F32> scale,
+                        ffi::Result<ffi::AnyBuffer> rows, int64_t top_k) {
   RowsDims d;
   if (auto err = rows_dims("dispatch", x.dimensions(), "x", rows->dimensions(), "rows", top_k, &d);
       err.failure())
     return err;
-  if (row_pair.dimensions().size() != 1 || row_pair.dimensions()[0] != d.r)
-    return invalid("dispatch: row_pair must be [R] = [" + std::to_string(d.r) + "], got " +
-                   dims_str(row_pair.dimensions()));
-  const int64_t scale_n = static_cast<int64_t>(scale.element_count());
-  if (scale_n != 0 && scale_n != d.p)
-    return invalid("dispatch: scale must have T*k = " + std::to_string(d.p) + " elements or none");
+  if (auto err = dispatch_index_dims(pos.dimensions(), row_pair.dimensions(), scale.element_count(), d);
+      err.failure())
+    return err;
   const ffi::DataType type = x.element_type();
   if (!is_float_type(type) || rows->element_type() != type)
     return invalid("dispatch: x must be float32/bfloat16/float16 and rows of the same dtype");
@@ -381,25 +459,36 @@ ffi::Error DispatchCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Buffer<ffi::
   const int64_t row_bytes = d.d * static_cast<int64_t>(elem);
   const int vb = vec_bytes(row_bytes, elem, {x.untyped_data(), rows->untyped_data()});
   const int64_t nvec = row_bytes / vb;
-  const int blocks = static_cast<int>(cdiv(d.r, kWarpsPerBlock));
+  const bool scaled = scale.element_count() != 0;
+  const int32_t* ps = pos.typed_data();
   const int32_t* rp = row_pair.typed_data();
-  return with_vec(vb, [&](auto vtag) -> ffi::Error {
-    using V = decltype(vtag);
-    if (scale_n == 0) {
-      gather_rows_kernel<V><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-          static_cast<const V*>(x.untyped_data()), rp, d.r, d.p, d.k, nvec,
-          static_cast<V*>(rows->untyped_data()));
-      return cuda_error("dispatch gather kernel");
-    }
-    return with_elem(type, [&](auto etag) -> ffi::Error {
-      using Elem = decltype(etag);
-      if constexpr (sizeof(V) >= sizeof(typename Elem::S)) {
-        gather_scaled_kernel<Elem, V><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-            static_cast<const V*>(x.untyped_data()), rp, scale.typed_data(), d.r, d.p, d.k, nvec,
-            static_cast<V*>(rows->untyped_data()));
-        return cuda_error("dispatch scaled gather kernel");
-      } else {
+  const float* sc = scale.typed_data();
+  return with_elem(type, [&](auto etag) -> ffi::Error {
+    using Elem = decltype(etag);
+    return with_vec(vb, [&](auto vtag) -> ffi::Error {
+      using V = decltype(vtag);
+      if constexpr (sizeof(V) < sizeof(typename Elem::S)) {
         return invalid("dispatch: internal vector width error");
+      } else {
+        const V* xv = static_cast<const V*>(x.untyped_data());
+        V* out = static_cast<V*>(rows->untyped_data());
+        auto launch = [&](auto scaled_tag) {
+          constexpr bool kScaled = decltype(scaled_tag)::value;
+          if (row_major_gather_requested()) {
+            gather_rows_kernel<Elem, V, kScaled><<<static_cast<int>(cdiv(d.r, kWarpsPerBlock)),
+                                                   kWarpsPerBlock * 32, 0, stream>>>(
+                xv, ps, rp, sc, d.r, d.p, d.k, nvec, out);
+          } else {
+            const int64_t token_blocks = cdiv(d.t, kWarpsPerBlock);
+            const int64_t zero_blocks = cdiv(d.r, 32 * kWarpsPerBlock);
+            gather_tokens_kernel<Elem, V, kScaled><<<static_cast<int>(token_blocks + zero_blocks),
+                                                     kWarpsPerBlock * 32, 0, stream>>>(
+                xv, ps, rp, sc, d.t, d.k, d.r, nvec, token_blocks, out);
+          }
+        };
+        if (scaled) launch(std::true_type{});
+        else launch(std::false_type{});
+        return cuda_error("dispatch gather kernel");
       }
     });
   });
@@ -600,6 +689,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiDispatchCuda, jax_moe_ffi::DispatchCuda,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()               // x [T,D]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()   // pos [T,k]
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()   // row_pair [R]
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()   // scale [T,k] or [0]
                                   .Ret<xla::ffi::AnyBuffer>()               // rows [R,D]

@@ -134,7 +134,7 @@ def _plan_call(expert_ids, keep, num_experts: int, capacity: int | None, align: 
     t, k = expert_ids.shape
     p = t * k
     chunk = _plan_chunk(p)
-    workspace = -(-p // chunk) * num_experts + num_experts
+    workspace = -(-p // chunk) * num_experts + num_experts + 1  # histograms, offsets, a ticket
     i32 = jnp.int32
     out_types = (jax.ShapeDtypeStruct((t, k), i32), jax.ShapeDtypeStruct((num_rows,), i32),
                  jax.ShapeDtypeStruct((num_experts,), i32), jax.ShapeDtypeStruct((num_experts,), i32),
@@ -158,8 +158,11 @@ def _plan_call(expert_ids, keep, num_experts: int, capacity: int | None, align: 
     return MoeRouting(pos=pos, row_pair=row_pair, counts=counts, group_sizes=group_sizes)
 
 
-def _dispatch_call(x, row_pair, scale, top_k: int, quant=None):
-    """rows[r] = x[row_pair[r] // top_k] (times scale[row_pair[r]] when given); zero where row_pair < 0.
+def _dispatch_call(x, pos, row_pair, scale, top_k: int, quant=None):
+    """rows[r] = x[p // top_k] (times scale[p] when given) for p = row_pair[r] when pos[p] == r; else zero.
+
+    A plan's pos and row_pair always agree; the check makes a hand-made routing that does not give zero
+    rows (not stale memory) on every platform. The CUDA gather is token-major: it reads pos.
 
     `quant` is the seam for fused FP8 quantisation of the dispatched rows (the FP8 issue): it will
     select a quantising store in the kernels and add data/scale results; only None for now.
@@ -172,20 +175,21 @@ def _dispatch_call(x, row_pair, scale, top_k: int, quant=None):
     scaled = scale is not None
     scale_arg = scale.reshape(-1) if scaled else jnp.zeros((0,), jnp.float32)
 
-    def ffi_fn(xx, rp, sc):
-        return call(xx, rp, sc, top_k=np.int64(top_k))
+    def ffi_fn(xx, ps, rp, sc):
+        return call(xx, ps, rp, sc, top_k=np.int64(top_k))
 
-    def xla_fn(xx, rp, sc):
+    def xla_fn(xx, ps, rp, sc):
         if t == 0:
             return jnp.zeros((r, d), xx.dtype)
         valid = (rp >= 0) & (rp < t * top_k)
         src = jnp.where(valid, rp, 0)
+        valid = valid & (ps.reshape(-1)[src] == jnp.arange(r, dtype=ps.dtype))
         g = xx[src // top_k]
         if scaled:
             g = (g.astype(jnp.float32) * sc[src][:, None]).astype(xx.dtype)
         return jnp.where(valid[:, None], g, jnp.zeros((), xx.dtype))
 
-    return _on_platforms(ffi_fn, xla_fn, DISPATCH_TARGET, x, row_pair, scale_arg)
+    return _on_platforms(ffi_fn, xla_fn, DISPATCH_TARGET, x, pos, row_pair, scale_arg)
 
 
 def _combine_call(rows, pos, weights):
@@ -232,7 +236,7 @@ def _routing_cotangent(routing: MoeRouting) -> MoeRouting:
 
 @jax.custom_vjp
 def _dispatch_rows(x, routing):
-    return _dispatch_call(x, routing.row_pair, None, routing.top_k)
+    return _dispatch_call(x, routing.pos, routing.row_pair, None, routing.top_k)
 
 
 def _dispatch_rows_fwd(x, routing):

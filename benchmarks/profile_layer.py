@@ -1,0 +1,95 @@
+"""Where the MoE layer's time goes: per-kernel GPU time of the optimized Qwen3-30B-A3B-shaped layer
+(forward and forward+backward), from a JAX profiler trace (CUPTI; nsys is not on the H200 image).
+
+  python benchmarks/profile_layer.py [--impl ours|naive] [--steps 10]
+
+Prints the kernels sorted by total time per call and writes
+benchmarks/results/profile_layer_<machine>.json (rows: pass, kernel, us_per_call, share).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import jax_moe_ffi as jmf  # noqa: E402
+from jax_moe_ffi import models  # noqa: E402
+
+
+def kernel_times(fn, args, steps: int) -> dict[str, float]:
+    """Total device time (us) per kernel name over `steps` calls, divided by `steps`."""
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            for _ in range(steps):
+                out = fn(*args)
+            jax.block_until_ready(out)
+        files = glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)
+        if not files:
+            raise RuntimeError("profile_layer: the profiler wrote no .xplane.pb")
+        data = jax.profiler.ProfileData.from_file(files[0])
+        total = collections.Counter()
+        for plane in data.planes:
+            if not plane.name.startswith("/device:GPU"):
+                continue
+            print(f"profile plane {plane.name}: lines {[ln.name for ln in plane.lines]}")
+            for line in plane.lines:
+                # XLA's GPU plane has one line per stream plus summary lines ("XLA Ops", "XLA Modules", ...)
+                # that repeat the same time; only the stream lines hold kernels.
+                if "stream" not in line.name.lower():
+                    continue
+                for ev in line.events:
+                    total[ev.name] += ev.duration_ns / 1e3
+    return {k: v / steps for k, v in total.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--impl", default="ours", choices=("ours", "ours_dropless", "naive"))
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--cpu-scale", type=int, default=0)
+    args = ap.parse_args(argv)
+    case = next(c for c in _common.load_shapes()["moe_layers"] if "qwen3-30b" in c["name"])
+    t, d, f, e, k = case["tokens"], case["hidden"], case["moe_intermediate"], case["experts"], case["top_k"]
+    if args.cpu_scale:
+        t, d, f = t // args.cpu_scale, d // args.cpu_scale, f // args.cpu_scale
+    cf = case["capacity_factor"]
+    pk, xk = jax.random.split(jax.random.PRNGKey(0))
+    params = models.init_moe_params(pk, d, f, e, jnp.bfloat16)
+    x = jax.random.normal(xk, (t, d), jnp.bfloat16)
+    naive = lambda p, x: models.capacity_moe(p, x, k, cf)
+    fn = {"naive": naive, "ours": jmf.optimize(naive, mode="exact"),
+          "ours_dropless": jmf.optimize(naive, mode="dropless")}[args.impl]
+
+    def loss(p, x):
+        return jnp.sum(fn(p, x).astype(jnp.float32) ** 2)
+
+    passes = {"fwd": jax.jit(fn), "fwd_bwd": jax.jit(jax.value_and_grad(loss, (0, 1)))}
+    rows = []
+    for pname, f_ in passes.items():
+        times = kernel_times(f_, (params, x), args.steps)
+        whole = sum(times.values())
+        print(f"\n== {args.impl} {pname}: {whole:.1f} us of kernels per call ({len(times)} kernels)")
+        for name, us in sorted(times.items(), key=lambda kv: -kv[1])[: args.top]:
+            print(f"{us:9.1f} us {100 * us / whole:5.1f}%  {name[:110]}")
+            rows.append({"impl": args.impl, "pass": pname, "kernel": name, "us_per_call": us,
+                         "share": us / whole})
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/profile_layer.py"] + argv)
+    path = _common.RESULTS / f"profile_layer_{_common.machine_tag()}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
