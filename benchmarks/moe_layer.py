@@ -5,11 +5,13 @@ the expert weights), on the `moe_layers` shapes of shapes.json.
   python benchmarks/moe_layer.py                    # GPU, bf16
   python benchmarks/moe_layer.py --cpu-scale 16     # CPU smoke run, shapes scaled down
 
-Writes benchmarks/results/moe_layer_<machine>.{json,md,png}.
+Writes benchmarks/results/moe_layer_<machine>.{json,md,png} (or --out NAME); the XLA_FLAGS in effect are
+recorded in the metadata.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +30,7 @@ def main(argv=None):
     ap.add_argument("--cpu-scale", type=int, default=0)
     ap.add_argument("--cases", default="qwen3-30b-a3b")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--out", default="", help="result name (default moe_layer_<machine>)")
     args = ap.parse_args(argv)
     shapes = _common.load_shapes()
     dtype = jnp.dtype(args.dtype)
@@ -68,7 +71,8 @@ def main(argv=None):
                       f"  rel err vs naive {err:.2e}", flush=True)
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/moe_layer.py"] + argv)
     meta["dtype"] = str(dtype)
-    path = _common.write_results(f"moe_layer_{_common.machine_tag()}", meta, rows, "tflops",
+    meta["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    path = _common.write_results(args.out or f"moe_layer_{_common.machine_tag()}", meta, rows, "tflops",
                                  "MoE layer: naive capacity einsum vs optimize() (model TFLOP/s)")
     print(f"wrote {path}")
 

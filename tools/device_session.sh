@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,profile,sweep,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,sweep,quantize,runtime,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -63,6 +63,12 @@ if [[ ",$what," == *",moe,"* ]]; then
   log "benchmark MoE layer"
   timeout 400 python3 benchmarks/moe_layer.py 2>&1 | tee "$OUT/moe_layer.log" | tail -20
   cp benchmarks/results/moe_layer_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",moeflags,"* ]]; then
+  flags="${MOE_XLA_FLAGS:---xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1}"
+  log "benchmark MoE layer with XLA_FLAGS=$flags"
+  XLA_FLAGS="$flags" timeout 300 python3 benchmarks/moe_layer.py --out moe_layer_flags_h200 2>&1 | tee "$OUT/moe_layer_flags.log" | grep "ms " | tail -8
+  cp benchmarks/results/moe_layer_flags_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",profile,"* ]]; then
   log "per-kernel profile of the optimized MoE layer"
