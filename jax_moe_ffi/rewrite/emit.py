@@ -470,6 +470,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     pc = coords_for(pairs)
     if mode == "dropless" and site.S is not None:
         read = _dropless_reader(site, prog, read)
+    if mode == "exact" and site.S is not None and options.get("capacity_shortcut", True):
+        read = _capacity_reader(site, prog, read, ids, ne)
     if site.S is not None:
         pc["C"] = _slot_at(read(site.S), site.s_roles, pc) - site.s_off
     pe = RowEval(site, prog, read, pc, p, facts=facts, read_stacked=read_stacked)
@@ -549,6 +551,28 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     for a in site.extra_terms:  # a residual summed in the same chain as the per-expert terms
         y = y + (_lit_value(a) if isinstance(a, Lit) else read(a)).astype(y.dtype)
     return y.astype(out.dtype)
+
+
+def _capacity_reader(site, prog, read, ids, num_experts):
+    """Exact mode: the model's capacity values (kept mask, slot) from a plan routed with capacity=C when
+    they are the GShard running count (rewrite/capacity.py checks it); else `read` unchanged."""
+    from jax_moe_ffi.rewrite import capacity as CAP
+    ops = _ops()
+    if ops is None:  # the pure-JAX dispatch backend (tests of the pass alone): keep the model's values
+        return read
+    found, why = CAP.capacity_shortcuts(site, prog, list(site.kinds) + [site.S])
+    if found is None:
+        _note_once(site, f"exact capacity: computed as the model computes it ({why})")
+        return read
+    _note_once(site, "exact capacity: the model's running count is the GShard rule (checked on probe ids); "
+                     "slots and drops come from the dispatch plan (capacity=C), not from its cumsum")
+    routing = ops.moe_routing(ids, num_experts, capacity=site.C)
+    return CAP.shortcut_reader(read, site, found, routing)
+
+
+def _note_once(site, text):
+    if text not in site.notes:
+        site.notes.append(text)
 
 
 def _slot_at(S, roles, c):
