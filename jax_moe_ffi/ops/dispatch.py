@@ -35,7 +35,8 @@ FFI targets (same names on CPU and CUDA):
   jax_moe_ffi_dispatch_plan  expert_ids[T,k] s32, keep[T,k] pred | [0]
                              -> pos[T,k], row_pair[R], counts[E], group_sizes[E], workspace[W] (s32)
                              attrs capacity (i64, -1 = none), align (i64), chunk (i64)
-  jax_moe_ffi_dispatch       x[T,D], row_pair[R] s32, scale[T,k] f32 | [0] -> rows[R,D]; attr top_k
+  jax_moe_ffi_dispatch       x[T,D], pos[T,k] s32, row_pair[R] s32, scale[T,k] f32 | [0] -> rows[R,D];
+                             attr top_k (row r holds pair row_pair[r] only where pos agrees, else zeros)
   jax_moe_ffi_combine        rows[R,D], pos[T,k] s32, weights[T,k] f32 -> y[T,D]
   jax_moe_ffi_combine_bwd    dy[T,D], rows[R,D], row_pair[R] s32, weights[T,k] f32
                              -> drows[R,D], dweights[T,k] f32
