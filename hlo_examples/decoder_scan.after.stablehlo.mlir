@@ -131,46 +131,46 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %64 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_19 = stablehlo.constant dense<0> : tensor<i32>
     %65 = "stablehlo.case"(%c_19) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %66:4 = "stablehlo.case"(%65) ({
-      %87:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<24xi32>)
+      %87:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<25xi32>)
       stablehlo.return %87#0, %87#1, %87#2, %87#3 : tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>
     }) : (tensor<i32>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>)
     %cst_20 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %67 = stablehlo.broadcast_in_dim %cst_20, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_21 = stablehlo.constant dense<0> : tensor<i32>
     %68 = "stablehlo.case"(%c_21) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %69 = "stablehlo.case"(%68) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
+      %87 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#0, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<256x2xi32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
       stablehlo.return %87 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
     %c_22 = stablehlo.constant dense<0> : tensor<i32>
     %70 = "stablehlo.case"(%c_22) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %71 = "stablehlo.case"(%70) ({
       %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
@@ -187,14 +187,14 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %78 = stablehlo.multiply %71, %77 : tensor<512x256xf32>
     %c_25 = stablehlo.constant dense<0> : tensor<i32>
     %79 = "stablehlo.case"(%c_25) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %80 = "stablehlo.case"(%79) ({
       %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
@@ -203,34 +203,21 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %81 = stablehlo.multiply %78, %80 : tensor<512x256xf32>
     %c_26 = stablehlo.constant dense<0> : tensor<i32>
     %82 = "stablehlo.case"(%c_26) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
+      %c_27 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %83 = "stablehlo.case"(%82) ({
       %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%81, %arg2, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
       stablehlo.return %87 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
-    %c_27 = stablehlo.constant dense<0> : tensor<i32>
-    %84 = "stablehlo.case"(%c_27) ({
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
-    }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
-    }, {
-      %c_28 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_28 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %85 = "stablehlo.case"(%84) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_combine(%83, %66#0, %63) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<256x2xi32>, tensor<256x2xf32>) -> tensor<256x128xf32>
-      stablehlo.return %87 : tensor<256x128xf32>
-    }) : (tensor<i32>) -> tensor<256x128xf32>
+    %84 = call @compute_on(%66#0, %66#1, %66#2, %66#3, %83, %63) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<512x128xf32>, tensor<256x2xf32>) -> tensor<256x128xf32>
+    %85 = stablehlo.custom_call @annotate_device_placement(%84) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<256x128xf32>) -> tensor<256x128xf32>
     %86 = stablehlo.add %arg0, %85 : tensor<256x128xf32>
     return %86 : tensor<256x128xf32>
   }
@@ -294,5 +281,23 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %4 = stablehlo.broadcast_in_dim %3, dims = [] : (tensor<i32>) -> tensor<512xi32>
     %5 = stablehlo.minimum %4, %2 : tensor<512xi32>
     return %5 : tensor<512xi32>
+  }
+  func.func private @compute_on(%arg0: tensor<256x2xi32>, %arg1: tensor<512xi32>, %arg2: tensor<8xi32>, %arg3: tensor<8xi32>, %arg4: tensor<512x128xf32>, %arg5: tensor<256x2xf32>) -> tensor<256x128xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0 = "stablehlo.case"(%c) ({
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %1 = "stablehlo.case"(%0) ({
+      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<256x2xi32>, tensor<256x2xf32>) -> tensor<256x128xf32>
+      stablehlo.return %2 : tensor<256x128xf32>
+    }) : (tensor<i32>) -> tensor<256x128xf32>
+    return %1 : tensor<256x128xf32>
   }
 }

@@ -21,276 +21,293 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %13 = stablehlo.broadcast_in_dim %12, dims = [0] : (tensor<512xf32>) -> tensor<512x1xf32>
     %14 = stablehlo.broadcast_in_dim %13, dims = [0, 1] : (tensor<512x1xf32>) -> tensor<512x2xf32>
     %15 = stablehlo.divide %values, %14 : tensor<512x2xf32>
-    %16 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
-    %17 = stablehlo.iota dim = 2 : tensor<1x1x16xi32>
-    %18 = stablehlo.broadcast_in_dim %16, dims = [0, 1, 2] : (tensor<512x2x1xi32>) -> tensor<512x2x16xi32>
-    %19 = stablehlo.broadcast_in_dim %17, dims = [0, 1, 2] : (tensor<1x1x16xi32>) -> tensor<512x2x16xi32>
-    %20 = stablehlo.compare EQ, %18, %19, SIGNED : (tensor<512x2x16xi32>, tensor<512x2x16xi32>) -> tensor<512x2x16xi1>
-    %21 = stablehlo.convert %20 : (tensor<512x2x16xi1>) -> tensor<512x2x16xi32>
-    %22 = stablehlo.reshape %21 : (tensor<512x2x16xi32>) -> tensor<1024x16xi32>
-    %23 = call @cumsum(%22) : (tensor<1024x16xi32>) -> tensor<1024x16xi32>
-    %c = stablehlo.constant dense<1> : tensor<i32>
-    %24 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<1024x16xi32>
-    %25 = stablehlo.subtract %23, %24 : tensor<1024x16xi32>
-    %26 = stablehlo.reshape %25 : (tensor<1024x16xi32>) -> tensor<512x2x16xi32>
-    %c_3 = stablehlo.constant dense<64> : tensor<i32>
-    %27 = stablehlo.broadcast_in_dim %c_3, dims = [] : (tensor<i32>) -> tensor<512x2x16xi32>
-    %28 = stablehlo.compare LT, %26, %27, SIGNED : (tensor<512x2x16xi32>, tensor<512x2x16xi32>) -> tensor<512x2x16xi1>
-    %29 = stablehlo.convert %28 : (tensor<512x2x16xi1>) -> tensor<512x2x16xi32>
-    %30 = stablehlo.multiply %21, %29 : tensor<512x2x16xi32>
-    %31 = stablehlo.multiply %26, %30 : tensor<512x2x16xi32>
-    %c_4 = stablehlo.constant dense<0> : tensor<i32>
-    %32 = stablehlo.reduce(%31 init: %c_4) applies stablehlo.add across dimensions = [2] : (tensor<512x2x16xi32>, tensor<i32>) -> tensor<512x2xi32>
-    %33 = stablehlo.broadcast_in_dim %32, dims = [0, 1] : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
-    %34 = stablehlo.convert %30 : (tensor<512x2x16xi32>) -> tensor<512x2x16xf32>
-    %35 = stablehlo.convert %30 : (tensor<512x2x16xi32>) -> tensor<512x2x16xf32>
-    %36 = stablehlo.reshape %indices : (tensor<512x2xi32>) -> tensor<1024xi32>
-    %37 = stablehlo.iota dim = 0 : tensor<1024xi32>
-    %c_5 = stablehlo.constant dense<0> : tensor<i32>
-    %38 = stablehlo.broadcast_in_dim %c_5, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %16 = stablehlo.reshape %indices : (tensor<512x2xi32>) -> tensor<1024xi32>
+    %17 = stablehlo.iota dim = 0 : tensor<1024xi32>
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %18 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %19 = stablehlo.compare LT, %17, %18, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_3 = stablehlo.constant dense<1024> : tensor<i32>
+    %20 = stablehlo.broadcast_in_dim %c_3, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %21 = stablehlo.add %17, %20 : tensor<1024xi32>
+    %22 = stablehlo.select %19, %21, %17 : tensor<1024xi1>, tensor<1024xi32>
+    %23 = stablehlo.broadcast_in_dim %22, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %24 = "stablehlo.gather"(%16, %23) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xi32>, tensor<1024x1xi32>) -> tensor<1024xi32>
+    %c_4 = stablehlo.constant dense<2> : tensor<i32>
+    %25 = call @floor_divide(%17, %c_4) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
+    %c_5 = stablehlo.constant dense<512> : tensor<i32>
+    %26 = call @remainder(%25, %c_5) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
+    %c_6 = stablehlo.constant dense<2> : tensor<i32>
+    %27 = call @remainder(%17, %c_6) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
+    %c_7 = stablehlo.constant dense<false> : tensor<i1>
+    %28 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i1>) -> tensor<0xi1>
+    %c_8 = stablehlo.constant dense<0> : tensor<i32>
+    %29 = "stablehlo.case"(%c_8) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %30:2 = "stablehlo.case"(%29) ({
+      %176:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %28) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %176#0, %176#3 : tensor<512x2xi32>, tensor<16xi32>
+    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<16xi32>)
+    %c_9 = stablehlo.constant dense<0> : tensor<i32>
+    %31 = stablehlo.broadcast_in_dim %c_9, dims = [] : (tensor<i32>) -> tensor<512x2xi32>
+    %32 = stablehlo.compare GE, %30#0, %31, SIGNED : (tensor<512x2xi32>, tensor<512x2xi32>) -> tensor<512x2xi1>
+    %33 = stablehlo.reshape %indices : (tensor<512x2xi32>) -> tensor<1024xi32>
+    %34 = call @cumsum(%30#1) : (tensor<16xi32>) -> tensor<16xi32>
+    %35 = stablehlo.subtract %34, %30#1 : tensor<16xi32>
+    %36 = stablehlo.reshape %30#0 : (tensor<512x2xi32>) -> tensor<1024xi32>
+    %c_10 = stablehlo.constant dense<0> : tensor<i32>
+    %c_11 = stablehlo.constant dense<15> : tensor<i32>
+    %37 = call @clip(%33, %c_10, %c_11) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_12 = stablehlo.constant dense<0> : tensor<i32>
+    %38 = stablehlo.broadcast_in_dim %c_12, dims = [] : (tensor<i32>) -> tensor<1024xi32>
     %39 = stablehlo.compare LT, %37, %38, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_6 = stablehlo.constant dense<1024> : tensor<i32>
-    %40 = stablehlo.broadcast_in_dim %c_6, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %c_13 = stablehlo.constant dense<16> : tensor<i32>
+    %40 = stablehlo.broadcast_in_dim %c_13, dims = [] : (tensor<i32>) -> tensor<1024xi32>
     %41 = stablehlo.add %37, %40 : tensor<1024xi32>
     %42 = stablehlo.select %39, %41, %37 : tensor<1024xi1>, tensor<1024xi32>
     %43 = stablehlo.broadcast_in_dim %42, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %44 = "stablehlo.gather"(%36, %43) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xi32>, tensor<1024x1xi32>) -> tensor<1024xi32>
-    %c_7 = stablehlo.constant dense<2> : tensor<i32>
-    %45 = call @floor_divide(%37, %c_7) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
-    %c_8 = stablehlo.constant dense<512> : tensor<i32>
-    %46 = call @remainder(%45, %c_8) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
-    %c_9 = stablehlo.constant dense<2> : tensor<i32>
-    %47 = call @remainder(%37, %c_9) : (tensor<1024xi32>, tensor<i32>) -> tensor<1024xi32>
-    %c_10 = stablehlo.constant dense<0> : tensor<i32>
-    %48 = stablehlo.broadcast_in_dim %c_10, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %49 = stablehlo.compare LT, %46, %48, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_11 = stablehlo.constant dense<512> : tensor<i32>
-    %50 = stablehlo.broadcast_in_dim %c_11, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %51 = stablehlo.add %46, %50 : tensor<1024xi32>
-    %52 = stablehlo.select %49, %51, %46 : tensor<1024xi1>, tensor<1024xi32>
-    %c_12 = stablehlo.constant dense<0> : tensor<i32>
-    %53 = stablehlo.broadcast_in_dim %c_12, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %54 = stablehlo.compare LT, %47, %53, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_13 = stablehlo.constant dense<2> : tensor<i32>
-    %55 = stablehlo.broadcast_in_dim %c_13, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %56 = stablehlo.add %47, %55 : tensor<1024xi32>
-    %57 = stablehlo.select %54, %56, %47 : tensor<1024xi1>, tensor<1024xi32>
+    %44 = "stablehlo.gather"(%35, %43) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<16xi32>, tensor<1024x1xi32>) -> tensor<1024xi32>
+    %45 = stablehlo.subtract %36, %44 : tensor<1024xi32>
+    %46 = stablehlo.reshape %45 : (tensor<1024xi32>) -> tensor<512x2xi32>
+    %c_14 = stablehlo.constant dense<0> : tensor<i32>
+    %47 = call @_where_2(%32, %46, %c_14) : (tensor<512x2xi1>, tensor<512x2xi32>, tensor<i32>) -> tensor<512x2xi32>
+    %c_15 = stablehlo.constant dense<0> : tensor<i32>
+    %48 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %49 = stablehlo.compare LT, %26, %48, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_16 = stablehlo.constant dense<512> : tensor<i32>
+    %50 = stablehlo.broadcast_in_dim %c_16, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %51 = stablehlo.add %26, %50 : tensor<1024xi32>
+    %52 = stablehlo.select %49, %51, %26 : tensor<1024xi1>, tensor<1024xi32>
+    %c_17 = stablehlo.constant dense<0> : tensor<i32>
+    %53 = stablehlo.broadcast_in_dim %c_17, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %54 = stablehlo.compare LT, %27, %53, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_18 = stablehlo.constant dense<2> : tensor<i32>
+    %55 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %56 = stablehlo.add %27, %55 : tensor<1024xi32>
+    %57 = stablehlo.select %54, %56, %27 : tensor<1024xi1>, tensor<1024xi32>
     %58 = stablehlo.broadcast_in_dim %52, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
     %59 = stablehlo.broadcast_in_dim %57, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
     %60 = stablehlo.concatenate %58, %59, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %61 = "stablehlo.gather"(%32, %60) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<512x2xi32>, tensor<1024x2xi32>) -> tensor<1024xi32>
-    %c_14 = stablehlo.constant dense<0> : tensor<i32>
-    %62 = stablehlo.broadcast_in_dim %c_14, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %63 = stablehlo.subtract %61, %62 : tensor<1024xi32>
-    %64 = stablehlo.transpose %34, dims = [0, 2, 1] : (tensor<512x2x16xf32>) -> tensor<512x16x2xf32>
-    %c_15 = stablehlo.constant dense<0> : tensor<i32>
-    %c_16 = stablehlo.constant dense<511> : tensor<i32>
-    %65 = call @clip(%46, %c_15, %c_16) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_17 = stablehlo.constant dense<0> : tensor<i32>
-    %c_18 = stablehlo.constant dense<15> : tensor<i32>
-    %66 = call @clip(%44, %c_17, %c_18) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %61 = "stablehlo.gather"(%47, %60) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<512x2xi32>, tensor<1024x2xi32>) -> tensor<1024xi32>
     %c_19 = stablehlo.constant dense<0> : tensor<i32>
-    %67 = stablehlo.broadcast_in_dim %c_19, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %68 = stablehlo.compare LT, %65, %67, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_20 = stablehlo.constant dense<512> : tensor<i32>
-    %69 = stablehlo.broadcast_in_dim %c_20, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %70 = stablehlo.add %65, %69 : tensor<1024xi32>
-    %71 = stablehlo.select %68, %70, %65 : tensor<1024xi1>, tensor<1024xi32>
-    %c_21 = stablehlo.constant dense<0> : tensor<i32>
-    %72 = stablehlo.broadcast_in_dim %c_21, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %73 = stablehlo.compare LT, %66, %72, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_22 = stablehlo.constant dense<16> : tensor<i32>
-    %74 = stablehlo.broadcast_in_dim %c_22, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %75 = stablehlo.add %66, %74 : tensor<1024xi32>
-    %76 = stablehlo.select %73, %75, %66 : tensor<1024xi1>, tensor<1024xi32>
-    %77 = stablehlo.broadcast_in_dim %71, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %78 = stablehlo.broadcast_in_dim %76, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %79 = stablehlo.concatenate %77, %78, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %80 = "stablehlo.gather"(%64, %79) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 2>}> : (tensor<512x16x2xf32>, tensor<1024x2xi32>) -> tensor<1024x2xf32>
-    %81 = stablehlo.transpose %33, dims = [0, 2, 1] : (tensor<512x2x1xi32>) -> tensor<512x1x2xi32>
-    %82 = stablehlo.reshape %81 : (tensor<512x1x2xi32>) -> tensor<512x2xi32>
-    %c_23 = stablehlo.constant dense<0> : tensor<i32>
-    %c_24 = stablehlo.constant dense<511> : tensor<i32>
-    %83 = call @clip(%46, %c_23, %c_24) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_25 = stablehlo.constant dense<0> : tensor<i32>
-    %84 = stablehlo.broadcast_in_dim %c_25, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %85 = stablehlo.compare LT, %83, %84, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_26 = stablehlo.constant dense<512> : tensor<i32>
-    %86 = stablehlo.broadcast_in_dim %c_26, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %87 = stablehlo.add %83, %86 : tensor<1024xi32>
-    %88 = stablehlo.select %85, %87, %83 : tensor<1024xi1>, tensor<1024xi32>
-    %89 = stablehlo.broadcast_in_dim %88, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %90 = "stablehlo.gather"(%82, %89) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %91 = stablehlo.reshape %63 : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %92 = stablehlo.broadcast_in_dim %91, dims = [0, 1] : (tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %93 = stablehlo.compare EQ, %90, %92, SIGNED : (tensor<1024x2xi32>, tensor<1024x2xi32>) -> tensor<1024x2xi1>
-    %94 = stablehlo.convert %93 : (tensor<1024x2xi1>) -> tensor<1024x2xf32>
-    %95 = stablehlo.dot_general %80, %94, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
-    %cst_27 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %96 = stablehlo.broadcast_in_dim %cst_27, dims = [] : (tensor<f32>) -> tensor<1024xf32>
-    %97 = stablehlo.compare NE, %95, %96, FLOAT : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xi1>
+    %62 = stablehlo.broadcast_in_dim %c_19, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %63 = stablehlo.subtract %61, %62 : tensor<1024xi32>
+    %64 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
+    %65 = stablehlo.iota dim = 0 : tensor<16xi32>
+    %66 = stablehlo.broadcast_in_dim %65, dims = [2] : (tensor<16xi32>) -> tensor<1x1x16xi32>
+    %67 = stablehlo.broadcast_in_dim %64, dims = [0, 1, 2] : (tensor<512x2x1xi32>) -> tensor<512x2x16xi32>
+    %68 = stablehlo.broadcast_in_dim %66, dims = [0, 1, 2] : (tensor<1x1x16xi32>) -> tensor<512x2x16xi32>
+    %69 = stablehlo.compare EQ, %67, %68, SIGNED : (tensor<512x2x16xi32>, tensor<512x2x16xi32>) -> tensor<512x2x16xi1>
+    %70 = stablehlo.broadcast_in_dim %32, dims = [0, 1] : (tensor<512x2xi1>) -> tensor<512x2x1xi1>
+    %71 = stablehlo.broadcast_in_dim %70, dims = [0, 1, 2] : (tensor<512x2x1xi1>) -> tensor<512x2x16xi1>
+    %72 = stablehlo.and %69, %71 : tensor<512x2x16xi1>
+    %73 = stablehlo.convert %72 : (tensor<512x2x16xi1>) -> tensor<512x2x16xf32>
+    %74 = stablehlo.transpose %73, dims = [0, 2, 1] : (tensor<512x2x16xf32>) -> tensor<512x16x2xf32>
+    %c_20 = stablehlo.constant dense<0> : tensor<i32>
+    %c_21 = stablehlo.constant dense<511> : tensor<i32>
+    %75 = call @clip(%26, %c_20, %c_21) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_22 = stablehlo.constant dense<0> : tensor<i32>
+    %c_23 = stablehlo.constant dense<15> : tensor<i32>
+    %76 = call @clip(%24, %c_22, %c_23) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_24 = stablehlo.constant dense<0> : tensor<i32>
+    %77 = stablehlo.broadcast_in_dim %c_24, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %78 = stablehlo.compare LT, %75, %77, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_25 = stablehlo.constant dense<512> : tensor<i32>
+    %79 = stablehlo.broadcast_in_dim %c_25, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %80 = stablehlo.add %75, %79 : tensor<1024xi32>
+    %81 = stablehlo.select %78, %80, %75 : tensor<1024xi1>, tensor<1024xi32>
+    %c_26 = stablehlo.constant dense<0> : tensor<i32>
+    %82 = stablehlo.broadcast_in_dim %c_26, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %83 = stablehlo.compare LT, %76, %82, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_27 = stablehlo.constant dense<16> : tensor<i32>
+    %84 = stablehlo.broadcast_in_dim %c_27, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %85 = stablehlo.add %76, %84 : tensor<1024xi32>
+    %86 = stablehlo.select %83, %85, %76 : tensor<1024xi1>, tensor<1024xi32>
+    %87 = stablehlo.broadcast_in_dim %81, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %88 = stablehlo.broadcast_in_dim %86, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %89 = stablehlo.concatenate %87, %88, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
+    %90 = "stablehlo.gather"(%74, %89) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 2>}> : (tensor<512x16x2xf32>, tensor<1024x2xi32>) -> tensor<1024x2xf32>
     %c_28 = stablehlo.constant dense<0> : tensor<i32>
-    %98 = stablehlo.broadcast_in_dim %c_28, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %99 = stablehlo.compare GE, %63, %98, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %100 = stablehlo.and %97, %99 : tensor<1024xi1>
-    %c_29 = stablehlo.constant dense<64> : tensor<i32>
-    %101 = stablehlo.broadcast_in_dim %c_29, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %102 = stablehlo.compare LT, %63, %101, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %103 = stablehlo.and %100, %102 : tensor<1024xi1>
-    %104 = stablehlo.reshape %103 : (tensor<1024xi1>) -> tensor<512x2xi1>
-    %105 = stablehlo.transpose %35, dims = [0, 2, 1] : (tensor<512x2x16xf32>) -> tensor<512x16x2xf32>
-    %c_30 = stablehlo.constant dense<0> : tensor<i32>
-    %c_31 = stablehlo.constant dense<511> : tensor<i32>
-    %106 = call @clip(%46, %c_30, %c_31) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_32 = stablehlo.constant dense<0> : tensor<i32>
-    %c_33 = stablehlo.constant dense<15> : tensor<i32>
-    %107 = call @clip(%44, %c_32, %c_33) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %91 = call @_where_2(%32, %46, %c_28) : (tensor<512x2xi1>, tensor<512x2xi32>, tensor<i32>) -> tensor<512x2xi32>
+    %92 = stablehlo.reshape %91 : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
+    %93 = stablehlo.transpose %92, dims = [0, 2, 1] : (tensor<512x2x1xi32>) -> tensor<512x1x2xi32>
+    %94 = stablehlo.reshape %93 : (tensor<512x1x2xi32>) -> tensor<512x2xi32>
+    %c_29 = stablehlo.constant dense<0> : tensor<i32>
+    %c_30 = stablehlo.constant dense<511> : tensor<i32>
+    %95 = call @clip(%26, %c_29, %c_30) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_31 = stablehlo.constant dense<0> : tensor<i32>
+    %96 = stablehlo.broadcast_in_dim %c_31, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %97 = stablehlo.compare LT, %95, %96, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_32 = stablehlo.constant dense<512> : tensor<i32>
+    %98 = stablehlo.broadcast_in_dim %c_32, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %99 = stablehlo.add %95, %98 : tensor<1024xi32>
+    %100 = stablehlo.select %97, %99, %95 : tensor<1024xi1>, tensor<1024xi32>
+    %101 = stablehlo.broadcast_in_dim %100, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %102 = "stablehlo.gather"(%94, %101) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
+    %103 = stablehlo.reshape %63 : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %104 = stablehlo.broadcast_in_dim %103, dims = [0, 1] : (tensor<1024x1xi32>) -> tensor<1024x2xi32>
+    %105 = stablehlo.compare EQ, %102, %104, SIGNED : (tensor<1024x2xi32>, tensor<1024x2xi32>) -> tensor<1024x2xi1>
+    %106 = stablehlo.convert %105 : (tensor<1024x2xi1>) -> tensor<1024x2xf32>
+    %107 = stablehlo.dot_general %90, %106, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
+    %cst_33 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %108 = stablehlo.broadcast_in_dim %cst_33, dims = [] : (tensor<f32>) -> tensor<1024xf32>
+    %109 = stablehlo.compare NE, %107, %108, FLOAT : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xi1>
     %c_34 = stablehlo.constant dense<0> : tensor<i32>
-    %108 = stablehlo.broadcast_in_dim %c_34, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %109 = stablehlo.compare LT, %106, %108, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_35 = stablehlo.constant dense<512> : tensor<i32>
-    %110 = stablehlo.broadcast_in_dim %c_35, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %111 = stablehlo.add %106, %110 : tensor<1024xi32>
-    %112 = stablehlo.select %109, %111, %106 : tensor<1024xi1>, tensor<1024xi32>
+    %110 = stablehlo.broadcast_in_dim %c_34, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %111 = stablehlo.compare GE, %63, %110, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %112 = stablehlo.and %109, %111 : tensor<1024xi1>
+    %c_35 = stablehlo.constant dense<64> : tensor<i32>
+    %113 = stablehlo.broadcast_in_dim %c_35, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %114 = stablehlo.compare LT, %63, %113, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %115 = stablehlo.and %112, %114 : tensor<1024xi1>
+    %116 = stablehlo.reshape %115 : (tensor<1024xi1>) -> tensor<512x2xi1>
+    %117 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
+    %118 = stablehlo.iota dim = 0 : tensor<16xi32>
+    %119 = stablehlo.broadcast_in_dim %118, dims = [2] : (tensor<16xi32>) -> tensor<1x1x16xi32>
+    %120 = stablehlo.broadcast_in_dim %117, dims = [0, 1, 2] : (tensor<512x2x1xi32>) -> tensor<512x2x16xi32>
+    %121 = stablehlo.broadcast_in_dim %119, dims = [0, 1, 2] : (tensor<1x1x16xi32>) -> tensor<512x2x16xi32>
+    %122 = stablehlo.compare EQ, %120, %121, SIGNED : (tensor<512x2x16xi32>, tensor<512x2x16xi32>) -> tensor<512x2x16xi1>
+    %123 = stablehlo.broadcast_in_dim %32, dims = [0, 1] : (tensor<512x2xi1>) -> tensor<512x2x1xi1>
+    %124 = stablehlo.broadcast_in_dim %123, dims = [0, 1, 2] : (tensor<512x2x1xi1>) -> tensor<512x2x16xi1>
+    %125 = stablehlo.and %122, %124 : tensor<512x2x16xi1>
+    %126 = stablehlo.convert %125 : (tensor<512x2x16xi1>) -> tensor<512x2x16xf32>
+    %127 = stablehlo.transpose %126, dims = [0, 2, 1] : (tensor<512x2x16xf32>) -> tensor<512x16x2xf32>
     %c_36 = stablehlo.constant dense<0> : tensor<i32>
-    %113 = stablehlo.broadcast_in_dim %c_36, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %114 = stablehlo.compare LT, %107, %113, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_37 = stablehlo.constant dense<16> : tensor<i32>
-    %115 = stablehlo.broadcast_in_dim %c_37, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %116 = stablehlo.add %107, %115 : tensor<1024xi32>
-    %117 = stablehlo.select %114, %116, %107 : tensor<1024xi1>, tensor<1024xi32>
-    %118 = stablehlo.broadcast_in_dim %112, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %119 = stablehlo.broadcast_in_dim %117, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %120 = stablehlo.concatenate %118, %119, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %121 = "stablehlo.gather"(%105, %120) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 2>}> : (tensor<512x16x2xf32>, tensor<1024x2xi32>) -> tensor<1024x2xf32>
+    %c_37 = stablehlo.constant dense<511> : tensor<i32>
+    %128 = call @clip(%26, %c_36, %c_37) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
     %c_38 = stablehlo.constant dense<0> : tensor<i32>
-    %c_39 = stablehlo.constant dense<511> : tensor<i32>
-    %122 = call @clip(%46, %c_38, %c_39) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_39 = stablehlo.constant dense<15> : tensor<i32>
+    %129 = call @clip(%24, %c_38, %c_39) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
     %c_40 = stablehlo.constant dense<0> : tensor<i32>
-    %123 = stablehlo.broadcast_in_dim %c_40, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %124 = stablehlo.compare LT, %122, %123, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %130 = stablehlo.broadcast_in_dim %c_40, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %131 = stablehlo.compare LT, %128, %130, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
     %c_41 = stablehlo.constant dense<512> : tensor<i32>
-    %125 = stablehlo.broadcast_in_dim %c_41, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %126 = stablehlo.add %122, %125 : tensor<1024xi32>
-    %127 = stablehlo.select %124, %126, %122 : tensor<1024xi1>, tensor<1024xi32>
-    %128 = stablehlo.broadcast_in_dim %127, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %129 = "stablehlo.gather"(%15, %128) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xf32>, tensor<1024x1xi32>) -> tensor<1024x2xf32>
-    %130 = stablehlo.dot_general %94, %129, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
-    %131 = stablehlo.dot_general %121, %130, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
-    %132 = stablehlo.reshape %131 : (tensor<1024xf32>) -> tensor<512x2xf32>
+    %132 = stablehlo.broadcast_in_dim %c_41, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %133 = stablehlo.add %128, %132 : tensor<1024xi32>
+    %134 = stablehlo.select %131, %133, %128 : tensor<1024xi1>, tensor<1024xi32>
     %c_42 = stablehlo.constant dense<0> : tensor<i32>
-    %133 = "stablehlo.case"(%c_42) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %134:4 = "stablehlo.case"(%133) ({
-      %154:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %104) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<512x2xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<80xi32>)
-      stablehlo.return %154#0, %154#1, %154#2, %154#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
-    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
-    %cst_43 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %135 = stablehlo.broadcast_in_dim %cst_43, dims = [] : (tensor<f32>) -> tensor<0xf32>
+    %135 = stablehlo.broadcast_in_dim %c_42, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %136 = stablehlo.compare LT, %129, %135, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_43 = stablehlo.constant dense<16> : tensor<i32>
+    %137 = stablehlo.broadcast_in_dim %c_43, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %138 = stablehlo.add %129, %137 : tensor<1024xi32>
+    %139 = stablehlo.select %136, %138, %129 : tensor<1024xi1>, tensor<1024xi32>
+    %140 = stablehlo.broadcast_in_dim %134, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %141 = stablehlo.broadcast_in_dim %139, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %142 = stablehlo.concatenate %140, %141, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
+    %143 = "stablehlo.gather"(%127, %142) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 2>}> : (tensor<512x16x2xf32>, tensor<1024x2xi32>) -> tensor<1024x2xf32>
     %c_44 = stablehlo.constant dense<0> : tensor<i32>
-    %136 = "stablehlo.case"(%c_44) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %137 = "stablehlo.case"(%136) ({
-      %154 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %134#1, %135) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
-      stablehlo.return %154 : tensor<1024x256xf32>
-    }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %c_45 = stablehlo.constant dense<0> : tensor<i32>
-    %138 = "stablehlo.case"(%c_45) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %139 = "stablehlo.case"(%138) ({
-      %154 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%137, %arg2, %134#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %154 : tensor<1024x512xf32>
-    }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %140 = stablehlo.negate %139 : tensor<1024x512xf32>
-    %141 = stablehlo.exponential %140 : tensor<1024x512xf32>
-    %cst_46 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %142 = stablehlo.broadcast_in_dim %cst_46, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %143 = stablehlo.add %142, %141 : tensor<1024x512xf32>
-    %cst_47 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %144 = stablehlo.broadcast_in_dim %cst_47, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %145 = stablehlo.divide %144, %143 : tensor<1024x512xf32>
-    %146 = stablehlo.multiply %139, %145 : tensor<1024x512xf32>
+    %c_45 = stablehlo.constant dense<511> : tensor<i32>
+    %144 = call @clip(%26, %c_44, %c_45) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_46 = stablehlo.constant dense<0> : tensor<i32>
+    %145 = stablehlo.broadcast_in_dim %c_46, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %146 = stablehlo.compare LT, %144, %145, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_47 = stablehlo.constant dense<512> : tensor<i32>
+    %147 = stablehlo.broadcast_in_dim %c_47, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %148 = stablehlo.add %144, %147 : tensor<1024xi32>
+    %149 = stablehlo.select %146, %148, %144 : tensor<1024xi1>, tensor<1024xi32>
+    %150 = stablehlo.broadcast_in_dim %149, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %151 = "stablehlo.gather"(%15, %150) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xf32>, tensor<1024x1xi32>) -> tensor<1024x2xf32>
+    %152 = stablehlo.dot_general %106, %151, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
+    %153 = stablehlo.dot_general %143, %152, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
+    %154 = stablehlo.reshape %153 : (tensor<1024xf32>) -> tensor<512x2xf32>
     %c_48 = stablehlo.constant dense<0> : tensor<i32>
-    %147 = "stablehlo.case"(%c_48) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+    %155 = "stablehlo.case"(%c_48) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %148 = "stablehlo.case"(%147) ({
-      %154 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%137, %arg3, %134#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %154 : tensor<1024x512xf32>
-    }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %149 = stablehlo.multiply %146, %148 : tensor<1024x512xf32>
-    %c_49 = stablehlo.constant dense<0> : tensor<i32>
-    %150 = "stablehlo.case"(%c_49) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %151 = "stablehlo.case"(%150) ({
-      %154 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%149, %arg1, %134#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
-      stablehlo.return %154 : tensor<1024x256xf32>
-    }) : (tensor<i32>) -> tensor<1024x256xf32>
+    %156:4 = "stablehlo.case"(%155) ({
+      %176:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %116) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<512x2xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %176#0, %176#1, %176#2, %176#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
+    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
+    %cst_49 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %157 = stablehlo.broadcast_in_dim %cst_49, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_50 = stablehlo.constant dense<0> : tensor<i32>
-    %152 = "stablehlo.case"(%c_50) ({
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+    %158 = "stablehlo.case"(%c_50) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }, {
-      %c_51 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_51 : tensor<i32>
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %153 = "stablehlo.case"(%152) ({
-      %154 = stablehlo.custom_call @jax_moe_ffi_combine(%151, %134#0, %132) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-      stablehlo.return %154 : tensor<512x256xf32>
-    }) : (tensor<i32>) -> tensor<512x256xf32>
-    return %153 : tensor<512x256xf32>
-  }
-  func.func private @cumsum(%arg0: tensor<1024x16xi32>) -> tensor<1024x16xi32> {
-    %c = stablehlo.constant dense<0> : tensor<i32>
-    %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<i32>
-    %1 = "stablehlo.reduce_window"(%arg0, %0) <{base_dilations = array<i64: 1, 1>, padding = dense<[[1023, 0], [0, 0]]> : tensor<2x2xi64>, window_dilations = array<i64: 1, 1>, window_dimensions = array<i64: 1024, 1>, window_strides = array<i64: 1, 1>}> ({
-    ^bb0(%arg1: tensor<i32>, %arg2: tensor<i32>):
-      %2 = stablehlo.add %arg1, %arg2 : tensor<i32>
-      stablehlo.return %2 : tensor<i32>
-    }) : (tensor<1024x16xi32>, tensor<i32>) -> tensor<1024x16xi32>
-    return %1 : tensor<1024x16xi32>
+    %159 = "stablehlo.case"(%158) ({
+      %176 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %156#0, %156#1, %157) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      stablehlo.return %176 : tensor<1024x256xf32>
+    }) : (tensor<i32>) -> tensor<1024x256xf32>
+    %c_51 = stablehlo.constant dense<0> : tensor<i32>
+    %160 = "stablehlo.case"(%c_51) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %161 = "stablehlo.case"(%160) ({
+      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%159, %arg2, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %176 : tensor<1024x512xf32>
+    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %162 = stablehlo.negate %161 : tensor<1024x512xf32>
+    %163 = stablehlo.exponential %162 : tensor<1024x512xf32>
+    %cst_52 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %164 = stablehlo.broadcast_in_dim %cst_52, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %165 = stablehlo.add %164, %163 : tensor<1024x512xf32>
+    %cst_53 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %166 = stablehlo.broadcast_in_dim %cst_53, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %167 = stablehlo.divide %166, %165 : tensor<1024x512xf32>
+    %168 = stablehlo.multiply %161, %167 : tensor<1024x512xf32>
+    %c_54 = stablehlo.constant dense<0> : tensor<i32>
+    %169 = "stablehlo.case"(%c_54) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %170 = "stablehlo.case"(%169) ({
+      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%159, %arg3, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %176 : tensor<1024x512xf32>
+    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %171 = stablehlo.multiply %168, %170 : tensor<1024x512xf32>
+    %c_55 = stablehlo.constant dense<0> : tensor<i32>
+    %172 = "stablehlo.case"(%c_55) ({
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }, {
+      %c_56 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_56 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %173 = "stablehlo.case"(%172) ({
+      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%171, %arg1, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
+      stablehlo.return %176 : tensor<1024x256xf32>
+    }) : (tensor<i32>) -> tensor<1024x256xf32>
+    %174 = call @compute_on(%156#0, %156#1, %156#2, %156#3, %173, %154) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+    %175 = stablehlo.custom_call @annotate_device_placement(%174) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
+    return %175 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
@@ -344,6 +361,20 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %0 = stablehlo.select %arg0, %arg1, %arg2 : tensor<i1>, tensor<i32>
     return %0 : tensor<i32>
   }
+  func.func private @cumsum(%arg0: tensor<16xi32>) -> tensor<16xi32> {
+    %0 = call @cumsum_1(%arg0) : (tensor<16xi32>) -> tensor<16xi32>
+    return %0 : tensor<16xi32>
+  }
+  func.func private @cumsum_1(%arg0: tensor<16xi32>) -> tensor<16xi32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<i32>
+    %1 = "stablehlo.reduce_window"(%arg0, %0) <{base_dilations = array<i64: 1>, padding = dense<[[15, 0]]> : tensor<1x2xi64>, window_dilations = array<i64: 1>, window_dimensions = array<i64: 16>, window_strides = array<i64: 1>}> ({
+    ^bb0(%arg1: tensor<i32>, %arg2: tensor<i32>):
+      %2 = stablehlo.add %arg1, %arg2 : tensor<i32>
+      stablehlo.return %2 : tensor<i32>
+    }) : (tensor<16xi32>, tensor<i32>) -> tensor<16xi32>
+    return %1 : tensor<16xi32>
+  }
   func.func private @clip(%arg0: tensor<1024xi32>, %arg1: tensor<i32>, %arg2: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
     %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<i32>) -> tensor<1024xi32>
@@ -352,5 +383,29 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %4 = stablehlo.broadcast_in_dim %3, dims = [] : (tensor<i32>) -> tensor<1024xi32>
     %5 = stablehlo.minimum %4, %2 : tensor<1024xi32>
     return %5 : tensor<1024xi32>
+  }
+  func.func private @_where_2(%arg0: tensor<512x2xi1>, %arg1: tensor<512x2xi32>, %arg2: tensor<i32>) -> tensor<512x2xi32> {
+    %0 = stablehlo.convert %arg2 : tensor<i32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<i32>) -> tensor<512x2xi32>
+    %2 = stablehlo.select %arg0, %arg1, %1 : tensor<512x2xi1>, tensor<512x2xi32>
+    return %2 : tensor<512x2xi32>
+  }
+  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>, %arg5: tensor<512x2xf32>) -> tensor<512x256xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0 = "stablehlo.case"(%c) ({
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %1 = "stablehlo.case"(%0) ({
+      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+      stablehlo.return %2 : tensor<512x256xf32>
+    }) : (tensor<i32>) -> tensor<512x256xf32>
+    return %1 : tensor<512x256xf32>
   }
 }

@@ -76,46 +76,46 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %54 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_16 = stablehlo.constant dense<0> : tensor<i32>
     %55 = "stablehlo.case"(%c_16) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %56:4 = "stablehlo.case"(%55) ({
-      %76:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %54) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<80xi32>)
+      %76:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %54) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
       stablehlo.return %76#0, %76#1, %76#2, %76#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
     }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
     %cst_17 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %57 = stablehlo.broadcast_in_dim %cst_17, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_18 = stablehlo.constant dense<0> : tensor<i32>
     %58 = "stablehlo.case"(%c_18) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %59 = "stablehlo.case"(%58) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %56#1, %57) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      %76 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %56#0, %56#1, %57) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
       stablehlo.return %76 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
     %c_19 = stablehlo.constant dense<0> : tensor<i32>
     %60 = "stablehlo.case"(%c_19) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %61 = "stablehlo.case"(%60) ({
       %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg2, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
@@ -132,14 +132,14 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %68 = stablehlo.multiply %61, %67 : tensor<1024x512xf32>
     %c_22 = stablehlo.constant dense<0> : tensor<i32>
     %69 = "stablehlo.case"(%c_22) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %70 = "stablehlo.case"(%69) ({
       %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg3, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
@@ -148,34 +148,21 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %71 = stablehlo.multiply %68, %70 : tensor<1024x512xf32>
     %c_23 = stablehlo.constant dense<0> : tensor<i32>
     %72 = "stablehlo.case"(%c_23) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
+      %c_24 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %73 = "stablehlo.case"(%72) ({
       %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%71, %arg1, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
       stablehlo.return %76 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %c_24 = stablehlo.constant dense<0> : tensor<i32>
-    %74 = "stablehlo.case"(%c_24) ({
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
-    }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
-    }, {
-      %c_25 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_25 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %75 = "stablehlo.case"(%74) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_combine(%73, %56#0, %53) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-      stablehlo.return %76 : tensor<512x256xf32>
-    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %74 = call @compute_on(%56#0, %56#1, %56#2, %56#3, %73, %53) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+    %75 = stablehlo.custom_call @annotate_device_placement(%74) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
     return %75 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
@@ -238,5 +225,23 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %4 = stablehlo.broadcast_in_dim %3, dims = [] : (tensor<i32>) -> tensor<1024xi32>
     %5 = stablehlo.minimum %4, %2 : tensor<1024xi32>
     return %5 : tensor<1024xi32>
+  }
+  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>, %arg5: tensor<512x2xf32>) -> tensor<512x256xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0 = "stablehlo.case"(%c) ({
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }, {
+      %c_0 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_0 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %1 = "stablehlo.case"(%0) ({
+      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+      stablehlo.return %2 : tensor<512x256xf32>
+    }) : (tensor<i32>) -> tensor<512x256xf32>
+    return %1 : tensor<512x256xf32>
   }
 }

@@ -63,6 +63,8 @@ def test_token_major_capacity_uses_the_plan(t, e, k, cf):
     big = [s for s in _live_cumsums(opt, params, x) if int(np.prod(s)) >= t * k]
     assert big == [], f"the model's [T*k, E] running count is still computed: {big}"
     assert _rel(jax.jit(opt)(params, x), naive(params, x)) <= 1e-5
+    notes = [n for site in jax_moe_ffi.explain(naive, params, x).sites for n in site.notes]
+    assert any("is the GShard rule" in n for n in notes), notes
     g_opt = jax.grad(lambda p: jnp.sum(opt(p, x) ** 2))(params)
     g_ref = jax.grad(lambda p: jnp.sum(naive(p, x) ** 2))(params)
     scale = max(np.linalg.norm(np.asarray(g_ref[n])) for n in g_ref)
@@ -88,3 +90,5 @@ def test_other_capacity_rules_keep_the_models_count(variant):
     opt = jax_moe_ffi.optimize(naive, mode="exact")
     assert any(int(np.prod(s)) >= 48 * k for s in _live_cumsums(opt, params, x))
     assert _rel(jax.jit(opt)(params, x), naive(params, x)) <= 1e-5
+    notes = [n for site in jax_moe_ffi.explain(naive, params, x).sites for n in site.notes]
+    assert any("computed as the model computes it" in n for n in notes), notes

@@ -14,6 +14,7 @@ import warnings
 import jax
 import numpy as np
 
+from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite.interp import Plan, run
 from jax_moe_ffi.rewrite.ir import program_from_closed
 from jax_moe_ffi.rewrite.report import MissReport, Report, SiteReport
@@ -153,12 +154,14 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
     entry, _, _, _ = _trace(fn, args, kwargs, mode)
     plan = entry.plan
     sites = []
-    for s in plan.all_sites():
+    for s, prog in ((s, p.prog) for p in plan.all_plans() for s in p.sites):
+        extra = [EM.capacity_plan(s, prog)[1]] if mode == "exact" and s.S is not None else []
+        extra = [n for n in extra if n not in s.notes]
         sites.append(SiteReport(family=s.family, E=s.E, k=s.k, capacity=s.C, tokens=s.token_shape,
                                 shapes=s.shapes, source=s.source, path=s.path, flops_before=s.flops_before,
                                 flops_after=s.flops_after, bytes_before=s.bytes_before,
                                 bytes_after=s.bytes_after, dropless=(mode == "dropless" and s.C is not None),
-                                notes=list(s.notes) + (["mode='dropless': expert capacity ignored, no token "
+                                notes=list(s.notes) + extra + (["mode='dropless': expert capacity ignored, no token "
                                                         "is dropped (differs from the model when it drops)"]
                                                        if mode == "dropless" and s.C is not None else [])))
     misses = [MissReport(reason=m["reason"], source=m["source"], op=m["op"], shapes=m["shapes"],

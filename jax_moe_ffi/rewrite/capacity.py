@@ -103,8 +103,8 @@ def _depends_only_on(prog, v, source, limit=4000):
     return reached
 
 
-def _evaluate(prog, v, source, value):
-    """The model's sub-program from `source` (bound to `value`) to v, evaluated eagerly."""
+def _evaluate(prog, vs, source, value):
+    """The model's sub-program from `source` (bound to `value`) to each of vs, evaluated eagerly once."""
     env = {source: value}
 
     def read(x):
@@ -117,7 +117,7 @@ def _evaluate(prog, v, source, value):
         return env[x]
 
     with jax.ensure_compile_time_eval():
-        return np.asarray(read(v))
+        return [np.asarray(read(v)) for v in vs]
 
 
 def _probes(shape, num_experts, rng):
@@ -136,7 +136,7 @@ def capacity_shortcuts(site, prog, leaves):
     I = site.I
     if site.C is None or I.ndim < 1:
         return None, "no capacity"
-    if site.b_axes != list(range(I.ndim - 1)) or site.j_axis not in (I.ndim - 1, None):
+    if list(site.b_axes) != list(range(I.ndim - 1)) or site.j_axis not in (I.ndim - 1, None):
         return None, "expert ids are not laid out [tokens..., k]"
     dependent = [v for v in leaves if isinstance(v, Var) and v is not I and _depends_only_on(prog, v, I)]
     if not dependent:
@@ -148,20 +148,19 @@ def capacity_shortcuts(site, prog, leaves):
     for probe in _probes(shape, site.E, np.random.default_rng(0)):
         kept, slot = gshard_slots(probe.reshape(-1, shape[-1]), site.E, site.C)
         probes.append((probe, kept.reshape(shape), slot.reshape(shape)))
-    found = {}
-    for v in dependent:
-        names = None
-        for probe, kept, slot in probes:
-            try:
-                got = _evaluate(prog, v, I, probe.reshape(I.shape).astype(I.dtype))
-            except Exception as ex:  # noqa: BLE001 - an op that cannot run eagerly here: keep the model's values
-                return None, f"could not evaluate a capacity value on probe ids ({type(ex).__name__})"
+    names = {v: None for v in dependent}
+    for probe, kept, slot in probes:
+        try:
+            values = _evaluate(prog, dependent, I, probe.reshape(I.shape).astype(I.dtype))
+        except Exception as ex:  # noqa: BLE001 - an op that cannot run eagerly here: keep the model's values
+            return None, f"could not evaluate a capacity value on probe ids ({type(ex).__name__})"
+        for v, got in zip(dependent, values):
             cands = _candidates(kept, slot, probe, site.E, v.shape, v.dtype)
             ok = {n for n, c in cands.items() if c.shape == got.shape and np.array_equal(c, got)}
-            names = ok if names is None else names & ok
-            if not names:
+            names[v] = ok if names[v] is None else names[v] & ok
+            if not names[v]:
                 return None, f"a capacity value ({v.aval.str_short()}) is not a GShard running-count form"
-        found[v] = sorted(names)[0]
+    found = {v: sorted(n)[0] for v, n in names.items()}
     return found, None
 
 

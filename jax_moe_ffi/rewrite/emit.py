@@ -553,20 +553,27 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     return y.astype(out.dtype)
 
 
+def capacity_plan(site, prog):
+    """(matched capacity leaves or None, the report's note) for an exact-mode capacity site."""
+    from jax_moe_ffi.rewrite import capacity as CAP
+    if _ops() is None:  # the pure-JAX dispatch backend (tests of the pass alone): keep the model's values
+        return None, "exact capacity: computed as the model computes it (pure-JAX dispatch backend)"
+    found, why = CAP.capacity_shortcuts(site, prog, list(site.kinds) + [site.S])
+    if found is None:
+        return None, f"exact capacity: computed as the model computes it ({why})"
+    return found, ("exact capacity: the model's running count is the GShard rule (checked on probe ids); "
+                   "slots and drops come from the dispatch plan (capacity=C), not from its cumsum")
+
+
 def _capacity_reader(site, prog, read, ids, num_experts):
     """Exact mode: the model's capacity values (kept mask, slot) from a plan routed with capacity=C when
     they are the GShard running count (rewrite/capacity.py checks it); else `read` unchanged."""
     from jax_moe_ffi.rewrite import capacity as CAP
-    ops = _ops()
-    if ops is None:  # the pure-JAX dispatch backend (tests of the pass alone): keep the model's values
-        return read
-    found, why = CAP.capacity_shortcuts(site, prog, list(site.kinds) + [site.S])
+    found, note = capacity_plan(site, prog)
+    _note_once(site, note)
     if found is None:
-        _note_once(site, f"exact capacity: computed as the model computes it ({why})")
         return read
-    _note_once(site, "exact capacity: the model's running count is the GShard rule (checked on probe ids); "
-                     "slots and drops come from the dispatch plan (capacity=C), not from its cumsum")
-    routing = ops.moe_routing(ids, num_experts, capacity=site.C)
+    routing = _ops().moe_routing(ids, num_experts, capacity=site.C)
     return CAP.shortcut_reader(read, site, found, routing)
 
 

@@ -86,6 +86,14 @@ class Plan:
                 out += p.all_sites()
         return out
 
+    def all_plans(self):
+        """This plan and its sub-plans, in the order all_sites lists their sites."""
+        out = [self]
+        for ps in self.subplans.values():
+            for p in ps:
+                out += p.all_plans()
+        return out
+
     def all_misses(self):
         out = list(self.misses)
         for ps in self.subplans.values():
