@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,sweep,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,sweep,maxtext,quantize,runtime,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -89,6 +89,15 @@ if [[ ",$what," == *",sweep,"* ]]; then
       ${SWEEP_ARGS:-} 2>&1 | grep "ours_fp8 " | tail -12
   done
   cp benchmarks/results/sweep_*_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",maxtext,"* ]]; then
+  # MaxText is not on the H200 image: carry its wheels in .whl-models (see benchmarks/NOTES.md).
+  log "benchmark MaxText RoutedMoE training step"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl-models/*.whl > "$OUT/maxtext_install.log" 2>&1 || tail -5 "$OUT/maxtext_install.log"
+  timeout ${T_MAXTEXT:-300} python3 benchmarks/train_step_maxtext.py ${MAXTEXT_ARGS:-} 2>&1 \
+    | tee "$OUT/train_step_maxtext.log" | grep -v "^W1" | tail -15
+  cp benchmarks/results/train_step_maxtext_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
