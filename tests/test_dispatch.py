@@ -361,6 +361,35 @@ def test_inconsistent_routing_gives_zero_rows():
             np.testing.assert_array_equal(got[r], np.asarray(x)[rp[r] // k])
 
 
+@settings(max_examples=25, deadline=None)
+@given(t=st.integers(0, 12), k=st.integers(1, 5), r=st.integers(0, 40), d=st.integers(1, 9),
+       scaled=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_dispatch_rule_on_arbitrary_routings(t, k, r, d, scaled, seed):
+    """Any pos/row_pair (in range, out of range, disagreeing, duplicated): the CPU target and the XLA
+    fallback both give rows[r] = x[p // k] (* scale[p]) exactly where p = row_pair[r] is a pair with
+    pos[p] == r, and zeros elsewhere."""
+    from jax_moe_ffi.ops.dispatch import _dispatch_call, _dispatch_xla
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.standard_normal((t, d)) + 2.0, jnp.float32)
+    pos = jnp.asarray(rng.integers(-2, r + 2, (t, k)), jnp.int32)
+    row_pair = jnp.asarray(rng.integers(-2, t * k + 2, (r,)), jnp.int32)
+    if t * k and r:  # make some rows agree with their pair, as a plan would
+        for rr in rng.choice(r, size=min(r, t * k), replace=False)[: r // 2]:
+            p = int(rng.integers(0, t * k))
+            row_pair = row_pair.at[rr].set(p)
+            pos = pos.reshape(-1).at[p].set(rr).reshape(t, k)
+    scale = jnp.asarray(rng.random((t, k)) + 0.5, jnp.float32) if scaled else None
+    want = np.zeros((r, d), np.float32)
+    pf, rp = np.asarray(pos).reshape(-1), np.asarray(row_pair)
+    for rr in range(r):
+        p = rp[rr]
+        if 0 <= p < t * k and pf[p] == rr:
+            want[rr] = np.asarray(x)[p // k] * (np.asarray(scale).reshape(-1)[p] if scaled else 1.0)
+    got = jax.jit(_dispatch_call, static_argnums=4)(x, pos, row_pair, scale, k)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(_dispatch_xla(x, pos, row_pair, scale, k)), want)
+
+
 # ------------------------------------------------------------------------------- transformations
 def test_jit_checkpoint_and_scan():
     rng = np.random.default_rng()

@@ -180,17 +180,24 @@ def _dispatch_call(x, pos, row_pair, scale, top_k: int, quant=None):
         return call(xx, ps, rp, sc, top_k=np.int64(top_k))
 
     def xla_fn(xx, ps, rp, sc):
-        if t == 0:
-            return jnp.zeros((r, d), xx.dtype)
-        valid = (rp >= 0) & (rp < t * top_k)
-        src = jnp.where(valid, rp, 0)
-        valid = valid & (ps.reshape(-1)[src] == jnp.arange(r, dtype=ps.dtype))
-        g = xx[src // top_k]
-        if scaled:
-            g = (g.astype(jnp.float32) * sc[src][:, None]).astype(xx.dtype)
-        return jnp.where(valid[:, None], g, jnp.zeros((), xx.dtype))
+        return _dispatch_xla(xx, ps, rp, sc if scaled else None, top_k)
 
     return _on_platforms(ffi_fn, xla_fn, DISPATCH_TARGET, x, pos, row_pair, scale_arg)
+
+
+def _dispatch_xla(x, pos, row_pair, scale, top_k: int):
+    """The dispatch target's rule in XLA ops (the GPU fallback; tested against the CPU target)."""
+    t, d = x.shape
+    r = row_pair.shape[0]
+    if t == 0:
+        return jnp.zeros((r, d), x.dtype)
+    valid = (row_pair >= 0) & (row_pair < t * top_k)
+    src = jnp.where(valid, row_pair, 0)
+    valid = valid & (pos.reshape(-1)[src] == jnp.arange(r, dtype=pos.dtype))
+    g = x[src // top_k]
+    if scale is not None:
+        g = (g.astype(jnp.float32) * scale.reshape(-1)[src][:, None]).astype(x.dtype)
+    return jnp.where(valid[:, None], g, jnp.zeros((), x.dtype))
 
 
 def _combine_call(rows, pos, weights):
