@@ -27,7 +27,7 @@ fi
 python3 -c "import jax_moe_ffi as j; print('cuda targets', j._registry.cuda_targets, j._registry.cuda_load_error)"
 if [[ ",$what," == *",tests,"* ]]; then
   log "GPU tests"
-  timeout ${T_TESTS:-300} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider --timeout 60 --durations=12 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout ${T_TESTS:-480} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider --timeout 60 --durations=12 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
 if [[ ",$what," == *",sanitize,"* ]]; then
   log "compute-sanitizer"
