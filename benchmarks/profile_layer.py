@@ -3,8 +3,9 @@
 
   python benchmarks/profile_layer.py [--impl ours|naive] [--steps 10]
 
-Prints the kernels sorted by total time per call and writes
-benchmarks/results/profile_layer_<machine>.json (rows: pass, kernel, us_per_call, share).
+Prints the kernels sorted by total time per call, the idle time on the stream before each (where launch
+gaps sit), and writes benchmarks/results/profile_layer_<machine>.json (rows: pass, kernel, us_per_call,
+share, idle_before_us).
 """
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ import jax_moe_ffi as jmf  # noqa: E402
 from jax_moe_ffi import models  # noqa: E402
 
 
-def kernel_times(fn, args, steps: int) -> dict[str, float]:
-    """Total device time (us) per kernel name over `steps` calls, divided by `steps`."""
+def kernel_times(fn, args, steps: int) -> tuple[dict[str, float], dict[str, float], float]:
+    """Per call: device time (us) per kernel name; idle time (us) on the stream before each kernel name
+    (the gap after the previous kernel ended, within a call); and the span (us) from the first kernel's
+    start to the last one's end, averaged over `steps` calls run back to back."""
     jax.block_until_ready(fn(*args))
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
@@ -38,7 +41,8 @@ def kernel_times(fn, args, steps: int) -> dict[str, float]:
         if not files:
             raise RuntimeError("profile_layer: the profiler wrote no .xplane.pb")
         data = jax.profiler.ProfileData.from_file(files[0])
-        total = collections.Counter()
+        total, idle = collections.Counter(), collections.Counter()
+        events = []
         for plane in data.planes:
             if not plane.name.startswith("/device:GPU"):
                 continue
@@ -50,7 +54,15 @@ def kernel_times(fn, args, steps: int) -> dict[str, float]:
                     continue
                 for ev in line.events:
                     total[ev.name] += ev.duration_ns / 1e3
-    return {k: v / steps for k, v in total.items()}
+                    events.append((ev.start_ns, ev.end_ns, ev.name))
+    events.sort()
+    span = (events[-1][1] - events[0][0]) / 1e3 if events else 0.0
+    for (s0, e0, _), (s1, _, n1) in zip(events, events[1:]):
+        gap = (s1 - e0) / 1e3
+        if gap > 0:  # one stream: consecutive kernels; gaps between calls are counted too (host side)
+            idle[n1] += gap
+    scale = 1.0 / steps
+    return ({k: v * scale for k, v in total.items()}, {k: v * scale for k, v in idle.items()}, span * scale)
 
 
 def main(argv=None):
@@ -78,13 +90,16 @@ def main(argv=None):
     passes = {"fwd": jax.jit(fn), "fwd_bwd": jax.jit(jax.value_and_grad(loss, (0, 1)))}
     rows = []
     for pname, f_ in passes.items():
-        times = kernel_times(f_, (params, x), args.steps)
+        times, idle, span = kernel_times(f_, (params, x), args.steps)
         whole = sum(times.values())
-        print(f"\n== {args.impl} {pname}: {whole:.1f} us of kernels per call ({len(times)} kernels)")
+        print(f"\n== {args.impl} {pname}: {whole:.1f} us of kernels per call ({len(times)} kernels), "
+              f"{span:.1f} us span per call, {sum(idle.values()):.1f} us idle on the stream")
         for name, us in sorted(times.items(), key=lambda kv: -kv[1])[: args.top]:
-            print(f"{us:9.1f} us {100 * us / whole:5.1f}%  {name[:110]}")
+            print(f"{us:9.1f} us {100 * us / whole:5.1f}%  idle before {idle.get(name, 0.0):7.1f} us  {name[:100]}")
             rows.append({"impl": args.impl, "pass": pname, "kernel": name, "us_per_call": us,
-                         "share": us / whole})
+                         "share": us / whole, "idle_before_us": idle.get(name, 0.0)})
+        print("largest idle gaps before:", ", ".join(f"{n[:40]} {us:.1f} us" for n, us in
+                                                   sorted(idle.items(), key=lambda kv: -kv[1])[:8]))
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/profile_layer.py"] + argv)
     path = _common.RESULTS / f"profile_layer_{_common.machine_tag()}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
