@@ -470,7 +470,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     pc = coords_for(pairs)
     if mode == "dropless" and site.S is not None:
         read = _dropless_reader(site, prog, read)
-    if mode == "exact" and site.S is not None and options.get("capacity_shortcut", True):
+    if mode == "exact" and site.S is not None:
         read = _capacity_reader(site, prog, read, ids, ne)
     if site.S is not None:
         pc["C"] = _slot_at(read(site.S), site.s_roles, pc) - site.s_off
