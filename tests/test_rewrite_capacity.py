@@ -65,6 +65,8 @@ def test_token_major_capacity_uses_the_plan(t, e, k, cf):
     assert _rel(jax.jit(opt)(params, x), naive(params, x)) <= 1e-5
     notes = [n for site in jax_moe_ffi.explain(naive, params, x).sites for n in site.notes]
     assert any("is the GShard rule" in n for n in notes), notes
+    hlo = jax.jit(opt).lower(params, x).compile().as_text()
+    assert hlo.count('custom_call_target="jax_moe_ffi_dispatch_plan"') == 1  # one plan gives slots and drops
     g_opt = jax.grad(lambda p: jnp.sum(opt(p, x) ** 2))(params)
     g_ref = jax.grad(lambda p: jnp.sum(naive(p, x) ** 2))(params)
     scale = max(np.linalg.norm(np.asarray(g_ref[n])) for n in g_ref)

@@ -143,11 +143,8 @@ def capacity_shortcuts(site, prog, leaves):
         return None, "no capacity value computed from the expert ids alone"
     if any(v.size > MAX_PROBE_ELEMENTS for v in dependent):
         return None, "capacity values too large to check"
-    shape = tuple(I.shape) if site.j_axis is not None else tuple(I.shape) + (1,)
-    probes = []
-    for probe in _probes(shape, site.E, np.random.default_rng(0)):
-        kept, slot = gshard_slots(probe.reshape(-1, shape[-1]), site.E, site.C)
-        probes.append((probe, kept.reshape(shape), slot.reshape(shape)))
+    shape = _pair_shape(site)
+    probes = _probe_set(site)
     names = {v: None for v in dependent}
     for probe, kept, slot in probes:
         try:
@@ -162,6 +159,29 @@ def capacity_shortcuts(site, prog, leaves):
                 return None, f"a capacity value ({v.aval.str_short()}) is not a GShard running-count form"
     found = {v: sorted(n)[0] for v, n in names.items()}
     return found, None
+
+
+def _pair_shape(site):
+    return tuple(site.I.shape) if site.j_axis is not None else tuple(site.I.shape) + (1,)
+
+
+def _probe_set(site):
+    """[(probe ids in the pair layout, GShard kept, slots)] for the site's shapes (seeded: deterministic)."""
+    shape = _pair_shape(site)
+    out = []
+    for probe in _probes(shape, site.E, np.random.default_rng(0)):
+        kept, slot = gshard_slots(probe.reshape(-1, shape[-1]), site.E, site.C)
+        out.append((probe, kept.reshape(shape), slot.reshape(shape)))
+    return out
+
+
+def probe_leaves(site, found):
+    """For each probe: (the expert ids as the model's I, {matched leaf: its value}, GShard kept [T,k])."""
+    out = []
+    for probe, kept, slot in _probe_set(site):
+        vals = {v: _candidates(kept, slot, probe, site.E, v.shape, v.dtype)[name] for v, name in found.items()}
+        out.append((probe.reshape(site.I.shape).astype(site.I.dtype), vals, kept.reshape(-1, kept.shape[-1])))
+    return out
 
 
 def shortcut_reader(read, site, found, routing):

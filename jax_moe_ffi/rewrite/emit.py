@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -453,38 +454,21 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     tshape = site.token_shape
     t, k, ne = site.num_tokens, site.k, site.E
     ids = jnp.transpose(I, b + ([] if j is None else [j])).reshape(t, k).astype(jnp.int32)
-    ids_flat = ids.reshape(-1)
     p = t * k
-
-    def coords_for(pair):  # pair: [n] flat pair index
-        c = Coords({"E": ids_flat[pair]})
-        tok = pair // k
-        rem = tok
-        for i in reversed(range(len(tshape))):
-            c[("T", i)] = rem % tshape[i]
-            rem = rem // tshape[i]
-        c["J"] = pair % k
-        return c
-
-    pairs = jnp.arange(p, dtype=jnp.int32)
-    pc = coords_for(pairs)
+    coords_for = _pair_coords(site, ids)
+    pc = coords_for(jnp.arange(p, dtype=jnp.int32))
     if mode == "dropless" and site.S is not None:
         read = _dropless_reader(site, prog, read)
+    cap_routing = None  # exact capacity: the plan that also gives the site's drops (one plan, not two)
     if mode == "exact" and site.S is not None:
-        read = _capacity_reader(site, prog, read, ids, ne)
+        read, cap_routing = _capacity_reader(site, prog, read, ids, facts)
     if site.S is not None:
         pc["C"] = _slot_at(read(site.S), site.s_roles, pc) - site.s_off
     pe = RowEval(site, prog, read, pc, p, facts=facts, read_stacked=read_stacked)
     keep = None
-    site.keep_is_nonzero = False
-    if site.S is not None:
-        if mode == "exact":
-            dv = pe.full(pe.rows(site.disp_operand), site.disp_operand).reshape(p)
-            cc = pc["C"]
-            keep = ((dv != 0) & (cc >= 0) & (cc < site.C)).reshape(t, k)
-            site.keep_is_nonzero = True
-        else:
-            site.keep_is_nonzero = True
+    site.keep_is_nonzero = site.S is not None
+    if site.S is not None and mode == "exact" and cap_routing is None:
+        keep = _exact_keep(site, pe, pc, p).reshape(t, k)
     # weights
     if site.weights_operand is not None:
         w = pe.full(pe.rows(site.weights_operand), site.weights_operand).reshape(t, k)
@@ -498,7 +482,11 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         tax = sorted([a for a in range(xv.ndim) if lab[a] is not None], key=lambda a: lab[a][0][1])
         oth = [a for a in range(xv.ndim) if lab[a] is None]
         x2d = jnp.transpose(xv, tax + oth).reshape(t, -1)
-    rows_x, routing = route(ids, ne, keep=keep, x=x2d)
+    if cap_routing is not None:
+        rows_x = None if x2d is None else _ops()._dispatch_rows(x2d, cap_routing)
+        routing = Routing(cap_routing.row_pair, cap_routing.group_sizes, cap_routing.pos, k, native=cap_routing)
+    else:
+        rows_x, routing = route(ids, ne, keep=keep, x=x2d)
     rows_x = _tagged(rows_x, "moe_dispatched_rows", options)
     rp = routing.row_pair
     n = rp.shape[0]
@@ -565,16 +553,71 @@ def capacity_plan(site, prog):
                    "slots and drops come from the dispatch plan (capacity=C), not from its cumsum")
 
 
-def _capacity_reader(site, prog, read, ids, num_experts):
+def _pair_coords(site, ids):
+    """coords_for(pair) -> the token, choice and expert coordinates of flat pair indices (ids [T, k])."""
+    ids_flat = ids.reshape(-1)
+    tshape, k = site.token_shape, site.k
+
+    def coords_for(pair):  # pair: [n] flat pair index
+        c = Coords({"E": ids_flat[pair]})
+        rem = pair // k
+        for i in reversed(range(len(tshape))):
+            c[("T", i)] = rem % tshape[i]
+            rem = rem // tshape[i]
+        c["J"] = pair % k
+        return c
+
+    return coords_for
+
+
+def _exact_keep(site, pe, pc, p):
+    """Exact mode's kept pairs: the model's dispatch mask is nonzero at the pair's (expert, slot) and the
+    slot is inside the capacity."""
+    dv = pe.full(pe.rows(site.disp_operand), site.disp_operand).reshape(p)
+    cc = pc["C"]
+    return (dv != 0) & (cc >= 0) & (cc < site.C)
+
+
+class _NotAProbeLeaf(Exception):
+    pass
+
+
+def _capacity_reader(site, prog, read, ids, facts):
     """Exact mode: the model's capacity values (kept mask, slot) from a plan routed with capacity=C when
-    they are the GShard running count (rewrite/capacity.py checks it); else `read` unchanged."""
+    they are the GShard running count (rewrite/capacity.py checks it); else `read` unchanged.
+
+    Returns (read, routing). `routing` (that plan's) is not None when it also gives the site's drops: the
+    keep rule above, evaluated on the probe ids with the matched values, equals the GShard kept mask on
+    every probe. Then one plan serves both, instead of a second plan over the keep mask."""
     from jax_moe_ffi.rewrite import capacity as CAP
     found, note = capacity_plan(site, prog)
     _note_once(site, note)
     if found is None:
-        return read
-    routing = _ops().moe_routing(ids, num_experts, capacity=site.C)
-    return CAP.shortcut_reader(read, site, found, routing)
+        return read, None
+    routing = _ops().moe_routing(ids, site.E, capacity=site.C)
+    same = True
+    t, k = ids.shape
+    for probe_I, vals, kept in CAP.probe_leaves(site, found):
+        def probe_read(v, probe_I=probe_I, vals=vals):
+            if v is site.I:
+                return jnp.asarray(probe_I)
+            if v in vals:
+                return jnp.asarray(vals[v])
+            raise _NotAProbeLeaf(v)
+        try:
+            with jax.ensure_compile_time_eval():
+                pids = jnp.asarray(probe_I).reshape(t, k).astype(jnp.int32)
+                pc = _pair_coords(site, pids)(jnp.arange(t * k, dtype=jnp.int32))
+                pc["C"] = _slot_at(probe_read(site.S), site.s_roles, pc) - site.s_off
+                pe = RowEval(site, prog, probe_read, pc, t * k, facts=facts, read_stacked=None)
+                keep = np.asarray(_exact_keep(site, pe, pc, t * k)).reshape(t, k)
+        except Exception:  # noqa: BLE001 - the keep rule needs more than the matched values: two plans
+            same = False
+            break
+        if not np.array_equal(keep, kept):
+            same = False
+            break
+    return CAP.shortcut_reader(read, site, found, routing), (routing if same else None)
 
 
 def _note_once(site, text):
