@@ -42,25 +42,25 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %28 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_8 = stablehlo.constant dense<0> : tensor<i32>
     %29 = "stablehlo.case"(%c_8) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %30:2 = "stablehlo.case"(%29) ({
-      %176:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %28) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
-      stablehlo.return %176#0, %176#3 : tensor<512x2xi32>, tensor<16xi32>
-    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<16xi32>)
+    %30:4 = "stablehlo.case"(%29) ({
+      %137:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %28) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %137#0, %137#1, %137#2, %137#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
+    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
     %c_9 = stablehlo.constant dense<0> : tensor<i32>
     %31 = stablehlo.broadcast_in_dim %c_9, dims = [] : (tensor<i32>) -> tensor<512x2xi32>
     %32 = stablehlo.compare GE, %30#0, %31, SIGNED : (tensor<512x2xi32>, tensor<512x2xi32>) -> tensor<512x2xi1>
     %33 = stablehlo.reshape %indices : (tensor<512x2xi32>) -> tensor<1024xi32>
-    %34 = call @cumsum(%30#1) : (tensor<16xi32>) -> tensor<16xi32>
-    %35 = stablehlo.subtract %34, %30#1 : tensor<16xi32>
+    %34 = call @cumsum(%30#3) : (tensor<16xi32>) -> tensor<16xi32>
+    %35 = stablehlo.subtract %34, %30#3 : tensor<16xi32>
     %36 = stablehlo.reshape %30#0 : (tensor<512x2xi32>) -> tensor<1024xi32>
     %c_10 = stablehlo.constant dense<0> : tensor<i32>
     %c_11 = stablehlo.constant dense<15> : tensor<i32>
@@ -155,159 +155,96 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %104 = stablehlo.broadcast_in_dim %103, dims = [0, 1] : (tensor<1024x1xi32>) -> tensor<1024x2xi32>
     %105 = stablehlo.compare EQ, %102, %104, SIGNED : (tensor<1024x2xi32>, tensor<1024x2xi32>) -> tensor<1024x2xi1>
     %106 = stablehlo.convert %105 : (tensor<1024x2xi1>) -> tensor<1024x2xf32>
-    %107 = stablehlo.dot_general %90, %106, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
-    %cst_33 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %108 = stablehlo.broadcast_in_dim %cst_33, dims = [] : (tensor<f32>) -> tensor<1024xf32>
-    %109 = stablehlo.compare NE, %107, %108, FLOAT : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xi1>
-    %c_34 = stablehlo.constant dense<0> : tensor<i32>
-    %110 = stablehlo.broadcast_in_dim %c_34, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %111 = stablehlo.compare GE, %63, %110, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %112 = stablehlo.and %109, %111 : tensor<1024xi1>
-    %c_35 = stablehlo.constant dense<64> : tensor<i32>
-    %113 = stablehlo.broadcast_in_dim %c_35, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %114 = stablehlo.compare LT, %63, %113, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %115 = stablehlo.and %112, %114 : tensor<1024xi1>
-    %116 = stablehlo.reshape %115 : (tensor<1024xi1>) -> tensor<512x2xi1>
-    %117 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
-    %118 = stablehlo.iota dim = 0 : tensor<16xi32>
-    %119 = stablehlo.broadcast_in_dim %118, dims = [2] : (tensor<16xi32>) -> tensor<1x1x16xi32>
-    %120 = stablehlo.broadcast_in_dim %117, dims = [0, 1, 2] : (tensor<512x2x1xi32>) -> tensor<512x2x16xi32>
-    %121 = stablehlo.broadcast_in_dim %119, dims = [0, 1, 2] : (tensor<1x1x16xi32>) -> tensor<512x2x16xi32>
-    %122 = stablehlo.compare EQ, %120, %121, SIGNED : (tensor<512x2x16xi32>, tensor<512x2x16xi32>) -> tensor<512x2x16xi1>
-    %123 = stablehlo.broadcast_in_dim %32, dims = [0, 1] : (tensor<512x2xi1>) -> tensor<512x2x1xi1>
-    %124 = stablehlo.broadcast_in_dim %123, dims = [0, 1, 2] : (tensor<512x2x1xi1>) -> tensor<512x2x16xi1>
-    %125 = stablehlo.and %122, %124 : tensor<512x2x16xi1>
-    %126 = stablehlo.convert %125 : (tensor<512x2x16xi1>) -> tensor<512x2x16xf32>
-    %127 = stablehlo.transpose %126, dims = [0, 2, 1] : (tensor<512x2x16xf32>) -> tensor<512x16x2xf32>
-    %c_36 = stablehlo.constant dense<0> : tensor<i32>
-    %c_37 = stablehlo.constant dense<511> : tensor<i32>
-    %128 = call @clip(%26, %c_36, %c_37) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_33 = stablehlo.constant dense<0> : tensor<i32>
+    %c_34 = stablehlo.constant dense<511> : tensor<i32>
+    %107 = call @clip(%26, %c_33, %c_34) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %c_35 = stablehlo.constant dense<0> : tensor<i32>
+    %108 = stablehlo.broadcast_in_dim %c_35, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %109 = stablehlo.compare LT, %107, %108, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_36 = stablehlo.constant dense<512> : tensor<i32>
+    %110 = stablehlo.broadcast_in_dim %c_36, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %111 = stablehlo.add %107, %110 : tensor<1024xi32>
+    %112 = stablehlo.select %109, %111, %107 : tensor<1024xi1>, tensor<1024xi32>
+    %113 = stablehlo.broadcast_in_dim %112, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %114 = "stablehlo.gather"(%15, %113) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xf32>, tensor<1024x1xi32>) -> tensor<1024x2xf32>
+    %115 = stablehlo.dot_general %106, %114, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
+    %116 = stablehlo.dot_general %90, %115, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
+    %117 = stablehlo.reshape %116 : (tensor<1024xf32>) -> tensor<512x2xf32>
+    %cst_37 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %118 = stablehlo.broadcast_in_dim %cst_37, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_38 = stablehlo.constant dense<0> : tensor<i32>
-    %c_39 = stablehlo.constant dense<15> : tensor<i32>
-    %129 = call @clip(%24, %c_38, %c_39) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_40 = stablehlo.constant dense<0> : tensor<i32>
-    %130 = stablehlo.broadcast_in_dim %c_40, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %131 = stablehlo.compare LT, %128, %130, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_41 = stablehlo.constant dense<512> : tensor<i32>
-    %132 = stablehlo.broadcast_in_dim %c_41, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %133 = stablehlo.add %128, %132 : tensor<1024xi32>
-    %134 = stablehlo.select %131, %133, %128 : tensor<1024xi1>, tensor<1024xi32>
+    %119 = "stablehlo.case"(%c_38) ({
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }, {
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }, {
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %120 = "stablehlo.case"(%119) ({
+      %137 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %30#0, %30#1, %118) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      stablehlo.return %137 : tensor<1024x256xf32>
+    }) : (tensor<i32>) -> tensor<1024x256xf32>
+    %c_39 = stablehlo.constant dense<0> : tensor<i32>
+    %121 = "stablehlo.case"(%c_39) ({
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }, {
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }, {
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %122 = "stablehlo.case"(%121) ({
+      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg2, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %137 : tensor<1024x512xf32>
+    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %123 = stablehlo.negate %122 : tensor<1024x512xf32>
+    %124 = stablehlo.exponential %123 : tensor<1024x512xf32>
+    %cst_40 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %125 = stablehlo.broadcast_in_dim %cst_40, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %126 = stablehlo.add %125, %124 : tensor<1024x512xf32>
+    %cst_41 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %127 = stablehlo.broadcast_in_dim %cst_41, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %128 = stablehlo.divide %127, %126 : tensor<1024x512xf32>
+    %129 = stablehlo.multiply %122, %128 : tensor<1024x512xf32>
     %c_42 = stablehlo.constant dense<0> : tensor<i32>
-    %135 = stablehlo.broadcast_in_dim %c_42, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %136 = stablehlo.compare LT, %129, %135, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_43 = stablehlo.constant dense<16> : tensor<i32>
-    %137 = stablehlo.broadcast_in_dim %c_43, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %138 = stablehlo.add %129, %137 : tensor<1024xi32>
-    %139 = stablehlo.select %136, %138, %129 : tensor<1024xi1>, tensor<1024xi32>
-    %140 = stablehlo.broadcast_in_dim %134, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %141 = stablehlo.broadcast_in_dim %139, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %142 = stablehlo.concatenate %140, %141, dim = 1 : (tensor<1024x1xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %143 = "stablehlo.gather"(%127, %142) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1, 2>}> : (tensor<512x16x2xf32>, tensor<1024x2xi32>) -> tensor<1024x2xf32>
-    %c_44 = stablehlo.constant dense<0> : tensor<i32>
-    %c_45 = stablehlo.constant dense<511> : tensor<i32>
-    %144 = call @clip(%26, %c_44, %c_45) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_46 = stablehlo.constant dense<0> : tensor<i32>
-    %145 = stablehlo.broadcast_in_dim %c_46, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %146 = stablehlo.compare LT, %144, %145, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_47 = stablehlo.constant dense<512> : tensor<i32>
-    %147 = stablehlo.broadcast_in_dim %c_47, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %148 = stablehlo.add %144, %147 : tensor<1024xi32>
-    %149 = stablehlo.select %146, %148, %144 : tensor<1024xi1>, tensor<1024xi32>
-    %150 = stablehlo.broadcast_in_dim %149, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %151 = "stablehlo.gather"(%15, %150) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xf32>, tensor<1024x1xi32>) -> tensor<1024x2xf32>
-    %152 = stablehlo.dot_general %106, %151, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
-    %153 = stablehlo.dot_general %143, %152, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
-    %154 = stablehlo.reshape %153 : (tensor<1024xf32>) -> tensor<512x2xf32>
-    %c_48 = stablehlo.constant dense<0> : tensor<i32>
-    %155 = "stablehlo.case"(%c_48) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+    %130 = "stablehlo.case"(%c_42) ({
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %156:4 = "stablehlo.case"(%155) ({
-      %176:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %116) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<512x2xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
-      stablehlo.return %176#0, %176#1, %176#2, %176#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
-    }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
-    %cst_49 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %157 = stablehlo.broadcast_in_dim %cst_49, dims = [] : (tensor<f32>) -> tensor<0xf32>
-    %c_50 = stablehlo.constant dense<0> : tensor<i32>
-    %158 = "stablehlo.case"(%c_50) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %159 = "stablehlo.case"(%158) ({
-      %176 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %156#0, %156#1, %157) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
-      stablehlo.return %176 : tensor<1024x256xf32>
-    }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %c_51 = stablehlo.constant dense<0> : tensor<i32>
-    %160 = "stablehlo.case"(%c_51) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %161 = "stablehlo.case"(%160) ({
-      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%159, %arg2, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %176 : tensor<1024x512xf32>
+    %131 = "stablehlo.case"(%130) ({
+      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg3, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %137 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %162 = stablehlo.negate %161 : tensor<1024x512xf32>
-    %163 = stablehlo.exponential %162 : tensor<1024x512xf32>
-    %cst_52 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %164 = stablehlo.broadcast_in_dim %cst_52, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %165 = stablehlo.add %164, %163 : tensor<1024x512xf32>
-    %cst_53 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %166 = stablehlo.broadcast_in_dim %cst_53, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %167 = stablehlo.divide %166, %165 : tensor<1024x512xf32>
-    %168 = stablehlo.multiply %161, %167 : tensor<1024x512xf32>
-    %c_54 = stablehlo.constant dense<0> : tensor<i32>
-    %169 = "stablehlo.case"(%c_54) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+    %132 = stablehlo.multiply %129, %131 : tensor<1024x512xf32>
+    %c_43 = stablehlo.constant dense<0> : tensor<i32>
+    %133 = "stablehlo.case"(%c_43) ({
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
+      %c_44 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_44 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %170 = "stablehlo.case"(%169) ({
-      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%159, %arg3, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %176 : tensor<1024x512xf32>
-    }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %171 = stablehlo.multiply %168, %170 : tensor<1024x512xf32>
-    %c_55 = stablehlo.constant dense<0> : tensor<i32>
-    %172 = "stablehlo.case"(%c_55) ({
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }, {
-      %c_56 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_56 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %173 = "stablehlo.case"(%172) ({
-      %176 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%171, %arg1, %156#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
-      stablehlo.return %176 : tensor<1024x256xf32>
+    %134 = "stablehlo.case"(%133) ({
+      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%132, %arg1, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
+      stablehlo.return %137 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %174 = call @compute_on(%156#0, %156#1, %156#2, %156#3, %173, %154) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-    %175 = stablehlo.custom_call @annotate_device_placement(%174) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
-    return %175 : tensor<512x256xf32>
+    %135 = call @compute_on(%30#0, %30#1, %30#2, %30#3, %134, %117) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+    %136 = stablehlo.custom_call @annotate_device_placement(%135) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
+    return %136 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
