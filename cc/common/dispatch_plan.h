@@ -107,4 +107,18 @@ inline bool same_dims(ffi::AnyBuffer::Dimensions a, ffi::AnyBuffer::Dimensions b
   return true;
 }
 
+// combine_bwd: dy [T,D], rows [R,D], row_pair [R], weights [T,k] -> drows [R,D], dweights [T,k].
+inline ffi::Error combine_bwd_dims(ffi::AnyBuffer::Dimensions dy, ffi::AnyBuffer::Dimensions rows,
+                                   ffi::AnyBuffer::Dimensions row_pair, ffi::AnyBuffer::Dimensions weights,
+                                   ffi::AnyBuffer::Dimensions drows, ffi::AnyBuffer::Dimensions dweights,
+                                   RowsDims* d) {
+  if (weights.size() != 2) return invalid("combine_bwd: weights must be rank 2 [T,k], got " + dims_str(weights));
+  if (auto err = rows_dims("combine_bwd", dy, "dy", rows, "rows", weights[1], d); err.failure()) return err;
+  if (d->t != weights[0]) return invalid("combine_bwd: dy and weights must share T");
+  if (row_pair.size() != 1 || row_pair[0] != d->r) return invalid("combine_bwd: row_pair must be [R]");
+  if (!same_dims(drows, rows) || !same_dims(dweights, weights))
+    return invalid("combine_bwd: outputs must be [R,D] and [T,k]");
+  return ffi::Error::Success();
+}
+
 }  // namespace jax_moe_ffi

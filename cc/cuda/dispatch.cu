@@ -634,17 +634,11 @@ __global__ void combine_bwd_kernel(const V* __restrict__ dy, const V* __restrict
 ffi::Error CombineBwdCuda(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer rows,
                           ffi::Buffer<ffi::S32> row_pair, ffi::Buffer<ffi::F32> weights,
                           ffi::Result<ffi::AnyBuffer> drows, ffi::Result<ffi::Buffer<ffi::F32>> dweights) {
-  auto wd = weights.dimensions();
-  if (wd.size() != 2) return invalid("combine_bwd: weights must be rank 2 [T,k], got " + dims_str(wd));
   RowsDims d;
-  if (auto err = rows_dims("combine_bwd", dy.dimensions(), "dy", rows.dimensions(), "rows", wd[1], &d);
+  if (auto err = combine_bwd_dims(dy.dimensions(), rows.dimensions(), row_pair.dimensions(),
+                                  weights.dimensions(), drows->dimensions(), dweights->dimensions(), &d);
       err.failure())
     return err;
-  if (d.t != wd[0]) return invalid("combine_bwd: dy and weights must share T");
-  if (row_pair.dimensions().size() != 1 || row_pair.dimensions()[0] != d.r)
-    return invalid("combine_bwd: row_pair must be [R]");
-  if (!same_dims(drows->dimensions(), rows.dimensions()) || !same_dims(dweights->dimensions(), wd))
-    return invalid("combine_bwd: outputs must be [R,D] and [T,k]");
   const ffi::DataType type = rows.element_type();
   if (!is_float_type(type) || dy.element_type() != type || drows->element_type() != type)
     return invalid("combine_bwd: dy, rows and drows must share one float dtype");

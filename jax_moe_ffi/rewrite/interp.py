@@ -79,27 +79,19 @@ class Plan:
     def has_sites(self):
         return bool(self.sites) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
 
-    def all_sites(self):
-        out = list(self.sites)
-        for ps in self.subplans.values():
-            for p in ps:
-                out += p.all_sites()
-        return out
-
     def all_plans(self):
-        """This plan and its sub-plans, in the order all_sites lists their sites."""
+        """This plan and its sub-plans (scan / remat / cond bodies), depth first."""
         out = [self]
         for ps in self.subplans.values():
             for p in ps:
                 out += p.all_plans()
         return out
 
+    def all_sites(self):
+        return [s for p in self.all_plans() for s in p.sites]
+
     def all_misses(self):
-        out = list(self.misses)
-        for ps in self.subplans.values():
-            for p in ps:
-                out += p.all_misses()
-        return out
+        return [m for p in self.all_plans() for m in p.misses]
 
 
 def _chain(u):
