@@ -143,7 +143,6 @@ def capacity_shortcuts(site, prog, leaves):
         return None, "no capacity value computed from the expert ids alone"
     if any(v.size > MAX_PROBE_ELEMENTS for v in dependent):
         return None, "capacity values too large to check"
-    shape = _pair_shape(site)
     probes = _probe_set(site)
     names = {v: None for v in dependent}
     for probe, kept, slot in probes:
