@@ -9,6 +9,7 @@ namespace nb = nanobind;
 
 // cpu/grouped_gemm.cc
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmAccCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmWgradCpu);
 // cpu/dispatch.cc
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiDispatchPlanCpu);
@@ -29,6 +30,7 @@ nb::capsule encapsulate(Fn* fn) {
 nb::dict targets() {
   nb::dict d;
   d["jax_moe_ffi_grouped_gemm"] = encapsulate(JaxMoeFfiGroupedGemmCpu);
+  d["jax_moe_ffi_grouped_gemm_acc"] = encapsulate(JaxMoeFfiGroupedGemmAccCpu);
   d["jax_moe_ffi_grouped_gemm_wgrad"] = encapsulate(JaxMoeFfiGroupedGemmWgradCpu);
   d["jax_moe_ffi_dispatch_plan"] = encapsulate(JaxMoeFfiDispatchPlanCpu);
   d["jax_moe_ffi_dispatch"] = encapsulate(JaxMoeFfiDispatchCpu);

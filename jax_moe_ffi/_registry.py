@@ -17,6 +17,7 @@ _PKG_DIR = Path(__file__).resolve().parent
 # FFI target name -> exported symbol of the CUDA library. Same target names as the CPU extension.
 CUDA_SYMBOLS = {
     "jax_moe_ffi_grouped_gemm": "JaxMoeFfiGroupedGemmCuda",
+    "jax_moe_ffi_grouped_gemm_acc": "JaxMoeFfiGroupedGemmAccCuda",
     "jax_moe_ffi_grouped_gemm_wgrad": "JaxMoeFfiGroupedGemmWgradCuda",
     "jax_moe_ffi_grouped_gemm_fp8": "JaxMoeFfiGroupedGemmFp8Cuda",
     "jax_moe_ffi_dispatch_plan": "JaxMoeFfiDispatchPlanCuda",

@@ -36,6 +36,12 @@ def grouped_matmul(lhs, rhs, group_sizes, *, transpose_rhs=False, preferred_elem
     return out.astype(out_dtype)
 
 
+def grouped_matmul_acc(lhs, rhs, group_sizes, addend, *, transpose_rhs=False):
+    """addend + grouped_matmul(lhs, rhs), summed in float32 and rounded once to addend's dtype."""
+    prod = grouped_matmul(lhs, rhs, group_sizes, transpose_rhs=transpose_rhs, preferred_element_type=jnp.float32)
+    return (prod + addend.astype(jnp.float32)).astype(addend.dtype)
+
+
 def grouped_matmul_wgrad(lhs, dout, group_sizes, *, preferred_element_type=None):
     """out[g] = lhs[rows_g].T @ dout[rows_g]; empty groups are zero."""
     out_dtype = preferred_element_type or lhs.dtype

@@ -156,3 +156,47 @@ def test_unaligned_k_is_a_clear_error():
     rhs = jnp.ones((2, 12, 16), jnp.bfloat16)
     with pytest.raises(Exception, match="multiple of 8"):
         jax.block_until_ready(jmf.grouped_matmul(lhs, rhs, jnp.asarray([32, 32], jnp.int32)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_accumulate_form_random_shapes(seed):
+    # out = addend + product (forward and transposed/dgrad layouts), rows past the total keep the addend.
+    rng = np.random.default_rng(100 + seed)
+    m = int(rng.integers(1, 3000))
+    k = 8 * int(rng.integers(1, 80))
+    n = 8 * int(rng.integers(1, 80))
+    g = int(rng.integers(1, 40))
+    total = int(rng.integers(0, m + 1)) if seed % 3 else m
+    gs = sizes_for(rng, m, g, total, "skew")
+    dtype = jnp.bfloat16 if seed % 2 else jnp.float16
+    add_dt = jnp.float32 if seed % 4 == 3 else dtype
+    tr = bool(seed % 2)
+    lhs = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    rhs = jnp.asarray(rng.standard_normal((g, n, k) if tr else (g, k, n)) / np.sqrt(k), dtype)
+    addend = jnp.asarray(rng.standard_normal((m, n)), add_dt)
+    out = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c, transpose_rhs=tr))(lhs, rhs, gs, addend)
+    assert out.dtype == addend.dtype
+    ref = ragged_f32(lhs, jnp.swapaxes(rhs, 1, 2) if tr else rhs, gs) + addend.astype(jnp.float32)
+    assert bool(jnp.all(out[total:] == addend[total:])), "rows past the total must keep the addend"
+    assert rel(out, ref) < 1e-2
+
+
+def test_shared_lhs_pair_at_qwen3_shape_matches_xla():
+    # The gate/up pair of the Qwen3-30B layer: dlhs accumulated in the second dgrad's epilogue.
+    rng = np.random.default_rng(21)
+    m, k, n, g = 65536, 2048, 768, 128
+    gs = sizes_for(rng, m, g, m - 1000, "skew")
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    wg = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    wu = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    c1 = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    c2 = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+
+    def ours(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs)
+        return jnp.sum(y1.astype(jnp.float32) * c1) + jnp.sum(y2.astype(jnp.float32) * c2)
+
+    dl = jax.jit(jax.grad(ours))(lhs, wg, wu)
+    ref = ragged_f32(c1, jnp.swapaxes(wg, 1, 2), gs) + ragged_f32(c2, jnp.swapaxes(wu, 1, 2), gs)
+    assert rel(dl, ref) < 1e-2
+    assert bool(jnp.all(dl[m - 1000:] == 0))

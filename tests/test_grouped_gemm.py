@@ -304,3 +304,82 @@ def test_import_does_not_initialise_a_backend():
     code = ("import jax_moe_ffi, jax._src.xla_bridge as xb; "
             "import sys; sys.exit(0 if not xb._backends else 3)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# --- accumulate form and the shared-lhs pair (the gate/up dgrads summed in the second GEMM's epilogue)
+
+@given(shapes, st.booleans(), st.booleans())
+def test_accumulate_form_matches_numpy(p, transpose_rhs, addend_f32):
+    rng = np.random.default_rng(p["seed"])
+    total = max(p["m"] - p["under"], 0)
+    sizes = random_sizes(rng, p["m"], p["g"], total)
+    lhs = rand(rng, (p["m"], p["k"]), p["dtype"])
+    rhs = rand(rng, (p["g"], p["n"], p["k"]) if transpose_rhs else (p["g"], p["k"], p["n"]), p["dtype"])
+    add_dt = jnp.float32 if addend_f32 else p["dtype"]
+    addend = rand(rng, (p["m"], p["n"]), add_dt)
+    gs = jnp.asarray(sizes)
+    out = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c, transpose_rhs=transpose_rhs))(
+        lhs, rhs, gs, addend)
+    assert out.dtype == addend.dtype and out.shape == addend.shape
+    ref = np_gmm(lhs, rhs, sizes, transpose_rhs) + np.asarray(addend, np.float64)
+    assert rel_err(out, ref) <= TOL[add_dt] * 2
+    # rows in no group are the addend's, unchanged
+    np.testing.assert_array_equal(np.asarray(out[total:], np.float32), np.asarray(addend[total:], np.float32))
+    ref_jax = jmf.reference.grouped_matmul_acc(lhs, rhs, gs, addend, transpose_rhs=transpose_rhs)
+    assert rel_err(out, np.asarray(ref_jax, np.float64)) <= TOL[add_dt] * 2
+
+
+@given(shapes)
+def test_shared_lhs_pair_gradients_match_ragged_dot(p):
+    rng = np.random.default_rng(p["seed"])
+    total = max(p["m"] - p["under"], 0)
+    sizes = jnp.asarray(random_sizes(rng, p["m"], p["g"], total))
+    dt = p["dtype"]
+    lhs = rand(rng, (p["m"], p["k"]), dt)
+    w1 = rand(rng, (p["g"], p["k"], p["n"]), dt)
+    w2 = rand(rng, (p["g"], p["n"], p["k"]), dt)  # the second one in the transposed layout
+    c1 = jnp.asarray(rng.standard_normal((p["m"], p["n"])), jnp.float32)
+    c2 = jnp.asarray(rng.standard_normal((p["m"], p["n"])), jnp.float32)
+
+    def ours(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), sizes, transpose_rhs=(False, True),
+                                                preferred_element_type=jnp.float32)
+        return jnp.sum(y1 * c1) + jnp.sum(y2 * c2)
+
+    def ref(a, u, v):
+        y1 = jax.lax.ragged_dot(a, u, sizes, preferred_element_type=jnp.float32)
+        y2 = jax.lax.ragged_dot(a, jnp.swapaxes(v, 1, 2), sizes, preferred_element_type=jnp.float32)
+        return jnp.sum(y1 * c1) + jnp.sum(y2 * c2)
+
+    f32 = lambda *xs: [x.astype(jnp.float32) for x in xs]
+    g_ours = jax.jit(jax.grad(ours, (0, 1, 2)))(lhs, w1, w2)
+    g_ref = jax.grad(ref, (0, 1, 2))(*f32(lhs, w1, w2))
+    for name, a, b in zip(("lhs", "w1", "w2"), g_ours, g_ref):
+        assert a.dtype == dt, name
+        if np.linalg.norm(np.asarray(b)) > 0:
+            assert rel_err(a, b) <= 2 * TOL[dt], name
+
+
+def test_shared_lhs_backward_uses_the_accumulate_call_not_an_add():
+    lhs, rhs, gs = _problem()
+    rhs2 = rhs * 2
+
+    def loss(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs)
+        return jnp.sum(y1 * y2)
+
+    text = jax.jit(jax.grad(loss)).lower(lhs, rhs, rhs2).as_text()
+    assert text.count("jax_moe_ffi_grouped_gemm_acc") == 1
+    # the alias of addend to out is in the lowered module
+    assert "output_operand_alias" in text or "tf.aliasing_output" in text or "operand_index = 3" in text
+
+
+def test_accumulate_bad_addend_names_the_argument():
+    lhs, rhs, gs = _problem()
+    with pytest.raises(ValueError, match="addend"):
+        jmf.grouped_matmul_acc(lhs, rhs, gs, jnp.zeros((lhs.shape[0], rhs.shape[2] + 1), lhs.dtype))
+    with pytest.raises(TypeError, match="`addend` must have the input dtype"):
+        jmf.grouped_matmul_acc(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), gs,
+                               jnp.zeros((lhs.shape[0], rhs.shape[2]), jnp.float16))
+    with pytest.raises(ValueError, match="rhss"):
+        jmf.grouped_matmuls_shared_lhs(lhs, (), gs)

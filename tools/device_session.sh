@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,sweep,maxtext,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -74,6 +74,11 @@ if [[ ",$what," == *",profile,"* ]]; then
   log "per-kernel profile of the optimized MoE layer"
   timeout ${T_PROFILE:-200} python3 benchmarks/profile_layer.py 2>&1 | tee "$OUT/profile_layer.log" | tail -60
   cp benchmarks/results/profile_layer_h200.json "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",timing,"* ]]; then
+  log "timing check (per-call vs per-trial cost of the MoE layer)"
+  timeout ${T_TIMING:-200} python3 benchmarks/timing_check.py 2>&1 | tee "$OUT/timing_check.log" | tail -8
+  cp benchmarks/results/timing_check_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",sweep,"* ]]; then
   # Tile configurations switched at run time (no rebuild): bf16 forward, then FP8 forward kernel.

@@ -79,4 +79,16 @@ ffi::Error grouped_gemm_dims(const ffi::AnyBuffer& lhs, const ffi::AnyBuffer& rh
   return ffi::Error::Success();
 }
 
+// The accumulate form's addend: out = addend + product, so it has out's shape and dtype.
+inline ffi::Error check_addend(const char* op, const ffi::AnyBuffer& addend, int64_t m, int64_t n,
+                               ffi::DataType out_type) {
+  auto ad = addend.dimensions();
+  if (ad.size() != 2 || ad[0] != m || ad[1] != n)
+    return invalid(std::string(op) + ": addend must be [M,N] = [" + std::to_string(m) + "," +
+                   std::to_string(n) + "] (the output's shape), got " + dims_str(ad));
+  if (addend.element_type() != out_type)
+    return invalid(std::string(op) + ": addend must have the output's dtype");
+  return ffi::Error::Success();
+}
+
 }  // namespace jax_moe_ffi

@@ -68,9 +68,11 @@ ffi::Error check_types(const char* op, ffi::DataType a, const char* a_name, ffi:
   return ffi::Error::Success();
 }
 
-// out[rows, :N] = lhs[rows, :K] . panel[K, N], panel float32 row-major.
+// out[rows, :N] = lhs[rows, :K] . panel[K, N] (+ addend[rows, :N] when given: the accumulate form adds
+// it to the float32 product before the one rounding, as the CUDA epilogue does), panel float32 row-major.
 void gemm_rows(const FloatReader& lhs, int64_t k, const std::vector<float>& panel, int64_t n,
-               int64_t row_begin, int64_t row_end, ffi::DataType out_type, void* out) {
+               int64_t row_begin, int64_t row_end, ffi::DataType out_type, void* out,
+               const FloatReader* addend = nullptr) {
   std::vector<float> acc(kRowBlock * n);
   std::vector<float> a(kRowBlock * kKBlock);
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
@@ -89,23 +91,34 @@ void gemm_rows(const FloatReader& lhs, int64_t k, const std::vector<float>& pane
         }
       }
     }
+    if (addend != nullptr)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) acc[r * n + j] += (*addend)((r0 + r) * n + j);
     for (int64_t r = 0; r < rows; ++r) store_row(out_type, out, (r0 + r) * n, acc.data() + r * n, n);
   }
 }
 
-ffi::Error GroupedGemmCpu(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::Buffer<ffi::S32> group_sizes,
-                          ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
+// Shared body of the plain and the accumulate forms. addend == nullptr: rows outside every group are
+// zero; else out = addend + product (rows outside every group are addend's).
+ffi::Error GroupedGemmBody(const char* op, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
+                           ffi::Buffer<ffi::S32> group_sizes, const ffi::AnyBuffer* addend,
+                           ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
   GroupedGemmDims d;
   if (auto err = grouped_gemm_dims(lhs, rhs, group_sizes, transpose_rhs, &d); err.failure())
     return err;
-  if (auto err = check_types("grouped_gemm", lhs.element_type(), "lhs", rhs.element_type(), "rhs",
+  if (auto err = check_types(op, lhs.element_type(), "lhs", rhs.element_type(), "rhs",
                              out->element_type());
       err.failure())
     return err;
   auto od = out->dimensions();
   if (od.size() != 2 || od[0] != d.m || od[1] != d.n)
-    return invalid("grouped_gemm: output must be [M,N] = [" + std::to_string(d.m) + "," +
+    return invalid(std::string(op) + ": output must be [M,N] = [" + std::to_string(d.m) + "," +
                    std::to_string(d.n) + "], got " + dims_str(od));
+  if (addend != nullptr) {
+    if (auto err = check_addend(op, *addend, d.m, d.n, out->element_type()); err.failure()) return err;
+  }
+  FloatReader add{addend != nullptr ? addend->element_type() : out->element_type(),
+                  addend != nullptr ? addend->untyped_data() : nullptr};
 
   FloatReader a{lhs.element_type(), lhs.untyped_data()};
   FloatReader b{rhs.element_type(), rhs.untyped_data()};
@@ -123,11 +136,32 @@ ffi::Error GroupedGemmCpu(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::Buffer<ff
     } else {
       for (int64_t i = 0; i < d.k * d.n; ++i) panel[i] = b(base + i);
     }
-    gemm_rows(a, d.k, panel, d.n, rows.begin, rows.end, out->element_type(), out->untyped_data());
+    gemm_rows(a, d.k, panel, d.n, rows.begin, rows.end, out->element_type(), out->untyped_data(),
+              addend != nullptr ? &add : nullptr);
   }
-  // Rows past the clipped total belong to no group: defined as zero.
-  zero_elements(out->element_type(), out->untyped_data(), start * d.n, (d.m - start) * d.n);
+  // Rows past the clipped total belong to no group: zero, or the addend's rows. (Earlier rows are all
+  // in some group: clipped groups are contiguous from row 0.)
+  if (addend == nullptr) {
+    zero_elements(out->element_type(), out->untyped_data(), start * d.n, (d.m - start) * d.n);
+  } else if (addend->untyped_data() != out->untyped_data()) {
+    const size_t width = ffi::ByteWidth(out->element_type());
+    std::memcpy(static_cast<char*>(out->untyped_data()) + start * d.n * width,
+                static_cast<const char*>(addend->untyped_data()) + start * d.n * width,
+                (d.m - start) * d.n * width);
+  }
   return ffi::Error::Success();
+}
+
+ffi::Error GroupedGemmCpu(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::Buffer<ffi::S32> group_sizes,
+                          ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
+  return GroupedGemmBody("grouped_gemm", lhs, rhs, group_sizes, nullptr, out, transpose_rhs);
+}
+
+// out = addend + grouped_gemm(lhs, rhs): the dgrad of two GEMMs that share their lhs, summed in one
+// epilogue instead of a separate add. XLA aliases out to addend (input_output_aliases).
+ffi::Error GroupedGemmAccCpu(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::Buffer<ffi::S32> group_sizes,
+                             ffi::AnyBuffer addend, ffi::Result<ffi::AnyBuffer> out, bool transpose_rhs) {
+  return GroupedGemmBody("grouped_gemm_acc", lhs, rhs, group_sizes, &addend, out, transpose_rhs);
 }
 
 ffi::Error GroupedGemmWgradCpu(ffi::AnyBuffer lhs, ffi::AnyBuffer dout,
@@ -181,6 +215,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmCpu, jax_moe_ffi::GroupedGemmC
                                   .Arg<xla::ffi::AnyBuffer>()               // lhs
                                   .Arg<xla::ffi::AnyBuffer>()               // rhs
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // group_sizes
+                                  .Ret<xla::ffi::AnyBuffer>()               // out
+                                  .Attr<bool>("transpose_rhs"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmAccCpu, jax_moe_ffi::GroupedGemmAccCpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()               // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()               // rhs
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()  // group_sizes
+                                  .Arg<xla::ffi::AnyBuffer>()               // addend (aliased to out)
                                   .Ret<xla::ffi::AnyBuffer>()               // out
                                   .Attr<bool>("transpose_rhs"));
 

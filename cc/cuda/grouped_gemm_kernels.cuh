@@ -9,6 +9,8 @@
 // leak into the shared library's dynamic symbol table.
 #pragma once
 
+#include <type_traits>
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
@@ -73,26 +75,33 @@ struct Pingpong128Config {
 //   dgrad   : A RowMajor,                            B ColumnMajor (rhs[g] is N x K, K contiguous)
 //   wgrad   : A ColumnMajor (lhs_g^T, GEMM-M = K contiguous), B RowMajor (dout_g, N contiguous)
 // D is always RowMajor (N contiguous). Accumulation is always f32.
-template <class ElementIn, class ElementOut, class LayoutA, class LayoutB, class Config>
+//
+// WithAddend = false: no C operand (ElementC = void), D = acc. This removes the C load pipeline and
+// its shared memory (more room for mainloop stages).
+// WithAddend = true : D = acc + C with C = D's own pointers (beta = 1, in place): the accumulate form,
+// which sums the dgrads of two GEMMs sharing their lhs in the second one's epilogue (f32, one rounding)
+// instead of a separate elementwise add over [M, N].
+template <class ElementIn, class ElementOut, class LayoutA, class LayoutB, class Config,
+          bool WithAddend = false>
 struct GroupedGemm {
   using ElementAcc = float;
   using LayoutD = cutlass::layout::RowMajor;
+  using ElementC = std::conditional_t<WithAddend, ElementOut, void>;
+  static constexpr bool kWithAddend = WithAddend;
 
   // TMA needs 16-byte aligned rows: 8 elements of a 16-bit type, 4 of f32.
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
 
-  // No C operand (ElementC = void): D = alpha * acc with alpha = 1. This removes the C load
-  // pipeline and its shared memory (more room for mainloop stages) and there is no beta * C.
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       typename Config::TileShape, typename Config::ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto,
       ElementAcc, ElementAcc,
-      void, LayoutD*, kAlignOut,
+      ElementC, LayoutD*, kAlignOut,
       ElementOut, LayoutD*, kAlignOut,
       typename Config::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::
       CollectiveOp;
 
   // Pointer-to-layout tags (LayoutA*) select the grouped variant: strides become per-group

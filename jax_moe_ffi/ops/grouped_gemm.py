@@ -18,6 +18,7 @@ from jax_moe_ffi import _registry
 from jax_moe_ffi.ops import _common as c
 
 FWD_TARGET = "jax_moe_ffi_grouped_gemm"
+ACC_TARGET = "jax_moe_ffi_grouped_gemm_acc"
 WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
 
 
@@ -56,6 +57,28 @@ def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):
 
     return c.on_platforms(FWD_TARGET, (lhs, rhs, group_sizes), cpu=cpu_fn, cuda=cuda_fn, fallback=xla_fn,
                           cuda_unusable=_cuda_unusable(FWD_TARGET, lhs.dtype))
+
+
+def _acc_call(lhs, rhs, group_sizes, addend, transpose_rhs: bool):
+    """addend + grouped product, summed in float32 and rounded once to addend's dtype; out aliases addend."""
+    out = jax.ShapeDtypeStruct(addend.shape, addend.dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(rhs.shape[0]),), jnp.uint8)
+    cpu_call = jax.ffi.ffi_call(ACC_TARGET, out, vmap_method="sequential", input_output_aliases={3: 0})
+    cuda_call = jax.ffi.ffi_call(ACC_TARGET, (out, ws), vmap_method="sequential", input_output_aliases={3: 0})
+
+    def cpu_fn(a, b, s, acc):
+        return cpu_call(a, b, s, acc, transpose_rhs=np.bool_(transpose_rhs))
+
+    def cuda_fn(a, b, s, acc):
+        return cuda_call(a, b, s, acc, transpose_rhs=np.bool_(transpose_rhs))[0]
+
+    def xla_fn(a, b, s, acc):
+        bb = jnp.swapaxes(b, 1, 2) if transpose_rhs else b
+        prod = jax.lax.ragged_dot(a, bb, s, preferred_element_type=jnp.float32)
+        return (prod + acc.astype(jnp.float32)).astype(acc.dtype)
+
+    return c.on_platforms(ACC_TARGET, (lhs, rhs, group_sizes, addend), cpu=cpu_fn, cuda=cuda_fn, fallback=xla_fn,
+                          cuda_unusable=_cuda_unusable(ACC_TARGET, lhs.dtype))
 
 
 def _wgrad_call(lhs, dout, group_sizes, out_dtype):
@@ -119,6 +142,52 @@ def _gmm_bwd(transpose_rhs, out_dtype, res, dout):
 _gmm.defvjp(_gmm_fwd, _gmm_bwd)
 
 
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _gmm_acc(lhs, rhs, group_sizes, addend, transpose_rhs):
+    return _acc_call(lhs, rhs, group_sizes, addend, transpose_rhs)
+
+
+def _gmm_acc_fwd(lhs, rhs, group_sizes, addend, transpose_rhs):
+    return _gmm_acc(lhs, rhs, group_sizes, addend, transpose_rhs), (lhs, rhs, group_sizes)
+
+
+def _gmm_acc_bwd(transpose_rhs, res, dout):
+    lhs, rhs, group_sizes = res
+    dlhs, drhs, dgs = _gmm_bwd(transpose_rhs, dout.dtype, res, dout)
+    return dlhs, drhs, dgs, dout
+
+
+_gmm_acc.defvjp(_gmm_acc_fwd, _gmm_acc_bwd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _gmm_shared_lhs(lhs, rhss, group_sizes, transpose_rhs, out_dtypes):
+    return tuple(_gmm(lhs, r, group_sizes, t, o) for r, t, o in zip(rhss, transpose_rhs, out_dtypes))
+
+
+def _gmm_shared_lhs_fwd(lhs, rhss, group_sizes, transpose_rhs, out_dtypes):
+    return _gmm_shared_lhs(lhs, rhss, group_sizes, transpose_rhs, out_dtypes), (lhs, rhss, group_sizes)
+
+
+def _gmm_shared_lhs_bwd(transpose_rhs, out_dtypes, res, douts):
+    # dlhs = sum_i dout_i . rhs_i^T: the first dgrad writes it, each later one adds its product in the
+    # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM.
+    lhs, rhss, group_sizes = res
+    dlhs = None
+    drhss = []
+    for rhs, tr, dout in zip(rhss, transpose_rhs, douts):
+        dout = dout.astype(lhs.dtype)
+        if dlhs is None:
+            dlhs = _gmm(dout, rhs, group_sizes, not tr, lhs.dtype)
+        else:
+            dlhs = _gmm_acc(dout, rhs, group_sizes, dlhs, not tr)
+        drhss.append(_wgrad(dout, lhs, group_sizes, rhs.dtype) if tr else _wgrad(lhs, dout, group_sizes, rhs.dtype))
+    return dlhs, tuple(drhss), c.float0_zeros(group_sizes)
+
+
+_gmm_shared_lhs.defvjp(_gmm_shared_lhs_fwd, _gmm_shared_lhs_bwd)
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _wgrad(lhs, dout, group_sizes, out_dtype):
     return _wgrad_call(lhs, dout, group_sizes, out_dtype)
@@ -164,6 +233,45 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
         return grouped_matmul_fp8(lhs, rhs, gs, recipe=recipe, out_dtype=odt, transpose_rhs=bool(transpose_rhs),
                                   grad_dtype=fp8_grad_dtype)
     return _gmm(lhs, rhs, gs, bool(transpose_rhs), odt)
+
+
+def grouped_matmul_acc(lhs, rhs, group_sizes, addend, *, transpose_rhs: bool = False):
+    """`addend + grouped_matmul(lhs, rhs, group_sizes)`, the sum taken in float32 inside the GEMM's epilogue
+    and rounded once to `addend`'s dtype; rows outside every group are `addend`'s. `addend` [M, N] has
+    the input dtype or float32; its buffer is reused for the output (XLA aliases them)."""
+    op = "grouped_matmul_acc"
+    lhs, rhs, group_sizes, addend = (jnp.asarray(a) for a in (lhs, rhs, group_sizes, addend))
+    gs, _ = _check_gmm(lhs, rhs, group_sizes, transpose_rhs, None)
+    n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+    if tuple(addend.shape) != (lhs.shape[0], n):
+        raise ValueError(f"{op}: `addend` must be [M, N] = {(lhs.shape[0], n)}, got {tuple(addend.shape)}")
+    if jnp.dtype(addend.dtype) not in (jnp.dtype(lhs.dtype), jnp.dtype(jnp.float32)):
+        raise TypeError(f"{op}: `addend` must have the input dtype {jnp.dtype(lhs.dtype)} or float32 (the "
+                        f"output takes its dtype), got {addend.dtype}")
+    return _gmm_acc(lhs, rhs, gs, addend, bool(transpose_rhs))
+
+
+def grouped_matmuls_shared_lhs(lhs, rhss, group_sizes, *, transpose_rhs=False, preferred_element_type=None):
+    """`[grouped_matmul(lhs, rhs) for rhs in rhss]` -- e.g. the gate and up projections of one set of
+    dispatched rows -- with one backward difference: the lhs gradient (a sum over the products) is
+    accumulated in the dgrad GEMMs' epilogues instead of by separate adds. `transpose_rhs` and
+    `preferred_element_type` are one value or one per rhs."""
+    lhs = jnp.asarray(lhs)
+    rhss = tuple(jnp.asarray(r) for r in rhss)
+    if not rhss:
+        raise ValueError("grouped_matmuls_shared_lhs: `rhss` is empty")
+    group_sizes = jnp.asarray(group_sizes)
+    trs = tuple(transpose_rhs) if isinstance(transpose_rhs, (tuple, list)) else (transpose_rhs,) * len(rhss)
+    pets = (tuple(preferred_element_type) if isinstance(preferred_element_type, (tuple, list))
+            else (preferred_element_type,) * len(rhss))
+    if len(trs) != len(rhss) or len(pets) != len(rhss):
+        raise ValueError("grouped_matmuls_shared_lhs: `transpose_rhs` / `preferred_element_type` need one "
+                         f"value or one per rhs ({len(rhss)})")
+    gs, odts = None, []
+    for r, t, p in zip(rhss, trs, pets):
+        gs, odt = _check_gmm(lhs, r, group_sizes, t, p)
+        odts.append(odt)
+    return list(_gmm_shared_lhs(lhs, rhss, gs, tuple(bool(t) for t in trs), tuple(odts)))
 
 
 def grouped_matmul_wgrad(lhs, dout, group_sizes, *, preferred_element_type=None):

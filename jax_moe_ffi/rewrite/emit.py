@@ -133,6 +133,7 @@ class RowEval:
         self.n = n
         self.gs = group_sizes
         self.memo = {}
+        self.gemm_done = {}  # expert GEMMs already computed with a sibling sharing their lhs
         self.facts = facts
         self.read_stacked = read_stacked
         if primary_rows is not None and site.primary is not None:
@@ -370,10 +371,8 @@ class RowEval:
             return L is not None and not L[1]
         return True
 
-    def _gemm(self, e, plan):
-        from jax_moe_ffi.ops.grouped_gemm import grouped_matmul
-        if self.gs is None:
-            raise NotImplementedError("grouped GEMM in pair order")
+    def _gemm_operands(self, e, plan):
+        """lhs rows [n, K], stacked weight [E, K, N] (or [E, N, K] with tr), tr, preferred type, out shape."""
         W, P = plan["w"], plan["rows_from"]
         rp = self.full(self.rows(P), P)
         op = self.oth(P)
@@ -402,11 +401,41 @@ class RowEval:
             tr = False
         out_dt = plan["out_dtype"]
         pet = jnp.float32 if out_dt == np.dtype(np.float32) and np.dtype(lhs.dtype) != out_dt else None
-        r = grouped_matmul(lhs, rhs, self.gs, preferred_element_type=pet, transpose_rhs=tr, recipe=self.recipe)
         shp = (self.n,) + tuple(w.shape[a] for a in wf)
         if rest and e.outs[0] in self.site.labels:
             shp = self.out_shape(e.outs[0])  # keeps the rows' size-1 free axes (no data) where the out has them
-        return r.reshape(shp).astype(e.outs[0].dtype)
+        return lhs, rhs, tr, pet, shp
+
+    def _shared_lhs_gemms(self, e, plan):
+        """The site's expert GEMMs whose lhs rows are built exactly as e's (same rows value, same
+        contraction order): e.g. separate gate and up projections. They run as one
+        `grouped_matmuls_shared_lhs` call, whose backward sums their lhs gradients in the GEMM epilogue."""
+        if self.recipe is not None:
+            return [(e, plan)]
+        key = lambda p: (p["rows_from"], tuple(p["pc"]), p["K"])
+        return [(e, plan)] + [(e2, p2) for e2, p2 in self.site.gemms.items()
+                              if e2 is not e and e2 not in self.gemm_done and key(p2) == key(plan)]
+
+    def _gemm(self, e, plan):
+        from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmuls_shared_lhs
+        if self.gs is None:
+            raise NotImplementedError("grouped GEMM in pair order")
+        if e in self.gemm_done:
+            return self.gemm_done.pop(e)
+        group = self._shared_lhs_gemms(e, plan)
+        ops = [self._gemm_operands(e_, p_) for e_, p_ in group]
+        lhs = ops[0][0]
+        if len(group) > 1:
+            outs = grouped_matmuls_shared_lhs(lhs, [o[1] for o in ops], self.gs,
+                                              transpose_rhs=[o[2] for o in ops],
+                                              preferred_element_type=[o[3] for o in ops])
+        else:
+            outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
+                                   transpose_rhs=ops[0][2], recipe=self.recipe)]
+        results = [r.reshape(o[4]).astype(e_.outs[0].dtype) for r, o, (e_, _) in zip(outs, ops, group)]
+        for (e_, _), r in zip(group[1:], results[1:]):
+            self.gemm_done[e_] = r
+        return results[0]
 
     def root_rows(self):
         site = self.site

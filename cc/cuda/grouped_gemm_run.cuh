@@ -1,0 +1,383 @@
+// The generic half of the CUDA grouped GEMM handlers, shared by grouped_gemm.cu (plain forward / dgrad
+// and wgrad) and grouped_gemm_acc.cu (out = addend + product): the setup kernel that turns device group
+// sizes into CUTLASS problem arrays, one call's launch sequence, and the tile-config / dtype dispatch.
+// Two translation units so that their many CUTLASS instantiations compile in parallel.
+//
+// Everything is in an anonymous namespace: each translation unit gets its own copy.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/ffi_helpers.h"
+#include "cuda/grouped_gemm_common.cuh"
+#include "cuda/grouped_gemm_kernels.cuh"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_moe_ffi {
+namespace cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Device-side setup: group_sizes -> per-group problem shapes, pointers, strides
+// ---------------------------------------------------------------------------------------------
+
+enum class Op { kForward, kDgrad, kWgrad };
+
+// Per-group device arrays handed to the CUTLASS kernel (all carved out of the workspace).
+template <class GemmDef>
+struct GroupArrays {
+  using Kernel = typename GemmDef::Kernel;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementD = typename Kernel::ElementD;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape = typename GroupShape::UnderlyingProblemShape;
+
+  Shape* shapes;
+  const ElementA** ptr_a;
+  const ElementB** ptr_b;
+  ElementD** ptr_d;
+  StrideA* stride_a;
+  StrideB* stride_b;
+  StrideD* stride_d;
+  int32_t* rows;   // clipped row count of each group (0: empty group)
+  int64_t* total;  // clipped total rows = first row of out[M,N] that no group covers
+};
+
+// One block. Group g gets rows [begin_g, end_g) from clip_group (the shared CPU/CUDA rule).
+//
+// clip_group is specified with a *running clipped* start (start_{g+1} = end_g). Because clipped
+// sizes are >= 0, that start equals min(P_g, M) where P_g is the plain prefix sum of the
+// non-negative sizes, and clip_group(P_g, size, M) clips P_g itself; so a parallel scan of
+// max(size, 0) followed by clip_group gives exactly the sequential rows.
+//
+//   forward/dgrad: problem (m_g, N, K); A = lhs + begin*K, B = rhs + g*K*N, D = out + begin*N
+//   wgrad        : problem (K, N, m_g) or (0, 0, 0) when m_g == 0 (a zero-size problem gets no
+//                  tiles from the scheduler; the zero kernel writes that group);
+//                  A = lhs + begin*K (read as K x m_g, column-major), B = dout + begin*N,
+//                  D = out + g*K*N
+template <class GemmDef>
+__global__ void __launch_bounds__(kSetupThreads)
+    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, const int32_t* __restrict__ sizes,
+                      int64_t num_groups, int64_t m, int64_t k, int64_t n,
+                      const typename GroupArrays<GemmDef>::ElementA* a,
+                      const typename GroupArrays<GemmDef>::ElementB* b,
+                      typename GroupArrays<GemmDef>::ElementD* d) {
+  using Arr = GroupArrays<GemmDef>;
+  __shared__ int64_t warp_offsets[kSetupThreads / 32];
+  __shared__ int64_t chunk_total;
+
+  const int64_t ld_a = k;                              // lhs rows
+  const int64_t ld_b = op == Op::kDgrad ? k : n;       // rhs[g] rows ([N,K] for dgrad) / dout rows
+  const int64_t ld_d = n;                              // out rows
+
+  int64_t carry = 0;  // prefix sum of max(size, 0) over previous chunks (same in all threads)
+  for (int64_t base = 0; base < num_groups; base += kSetupThreads) {
+    const int64_t g = base + threadIdx.x;
+    const int32_t size = g < num_groups ? sizes[g] : 0;
+    const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
+    if (g < num_groups) {
+      const GroupRows r = clip_group(carry + excl, size, m);
+      const int64_t rows = r.end - r.begin;
+      arr.rows[g] = static_cast<int32_t>(rows);
+      arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
+      arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
+      arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(ld_d);
+      arr.ptr_a[g] = a + r.begin * k;
+      if (op == Op::kWgrad) {
+        arr.shapes[g] = rows > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n),
+                                                       static_cast<int>(rows))
+                                 : typename Arr::Shape(0, 0, 0);
+        arr.ptr_b[g] = b + r.begin * n;
+        arr.ptr_d[g] = d + g * k * n;
+      } else {
+        // rows == 0 gives zero tiles along M: the scheduler skips the group.
+        arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
+                                            static_cast<int>(k));
+        arr.ptr_b[g] = b + g * k * n;
+        arr.ptr_d[g] = d + r.begin * n;
+      }
+    }
+    carry += chunk_total;
+    __syncthreads();  // everyone has read chunk_total / warp_offsets before they are rewritten
+  }
+  if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
+}
+
+struct GemmCall {
+  Op op;
+  const void* a;  // lhs [M,K]
+  const void* b;  // rhs [G,K,N] / [G,N,K] (forward / dgrad) or dout [M,N] (wgrad)
+  void* d;        // out [M,N] (forward / dgrad) or [G,K,N] (wgrad)
+  size_t out_elem_bytes;
+  bool accumulate = false;  // out already holds the addend: D = acc + out (forward / dgrad only)
+  const int32_t* sizes;
+  int64_t m, k, n, g;
+};
+
+template <class GemmDef>
+ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
+                          const DeviceInfo& dev) {
+  using Kernel = typename GemmDef::Kernel;
+  using Arr = GroupArrays<GemmDef>;
+
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  // CUTLASS's workspace holds per-SM copies of the TMA descriptors that the kernel rewrites when
+  // it moves to another group; its size depends only on hw_info.sm_count.
+  const size_t workspace_bytes = Kernel::get_workspace_size(args);
+
+  const size_t ng = static_cast<size_t>(c.g);
+  WorkspaceCarver carve;
+  const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
+  const size_t o_ptr_a = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_b = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_d = carve.take(ng * sizeof(void*));
+  const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
+  const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
+  const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
+  const size_t o_rows = carve.take(ng * sizeof(int32_t));
+  const size_t o_total = carve.take(sizeof(int64_t));
+  const size_t o_workspace = carve.take(workspace_bytes);
+  const size_t offset = carve.offset;
+
+  if (offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
+    return invalid("grouped_gemm: the workspace output has " + std::to_string(ws.bytes) +
+                   " bytes (256-byte aligned needed), this call needs " + std::to_string(offset) +
+                   " (G=" + std::to_string(c.g) + ", " + std::to_string(dev.sm_count) + " SMs)");
+  }
+  char* base = static_cast<char*>(ws.ptr);
+  Arr arr;
+  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
+  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
+  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
+  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
+  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
+  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
+  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  arr.rows = reinterpret_cast<int32_t*>(base + o_rows);
+  arr.total = reinterpret_cast<int64_t*>(base + o_total);
+  void* workspace = base + o_workspace;
+
+  // 1. Per-group metadata.
+  SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
+      arr, c.op, c.sizes, c.g, c.m, c.k, c.n,
+      static_cast<const typename Arr::ElementA*>(c.a),
+      static_cast<const typename Arr::ElementB*>(c.b),
+      static_cast<typename Arr::ElementD*>(c.d));
+  JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
+
+  // 2. Zero what the GEMM does not write. Grid sizes depend only on static shapes.
+  if (c.op == Op::kWgrad) {
+    const int64_t vecs_per_group = c.k * c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
+    const int64_t gy = c.g < 65535 ? c.g : 65535;
+    int64_t gx = CeilDiv(4 * static_cast<int64_t>(dev.sm_count), gy);
+    gx = gx < 1 ? 1 : gx;
+    const int64_t gx_max = CeilDiv(vecs_per_group, kZeroThreads);
+    gx = gx > gx_max ? gx_max : gx;
+    gx = gx > 65535 ? 65535 : gx;
+    ZeroEmptyGroupsKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                            kZeroThreads, 0, stream>>>(static_cast<uint4*>(c.d), arr.rows, c.g,
+                                                       vecs_per_group);
+    JMF_CUDA_CHECK_LAUNCH("ZeroEmptyGroupsKernel launch");
+  } else if (!c.accumulate) {
+    // (accumulate: rows no group covers keep the addend already in out)
+    JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * static_cast<int64_t>(c.out_elem_bytes),
+                                     dev.sm_count, stream));
+  }
+
+  // 3. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
+  // depends on the group sizes, and the scheduler launches the persistent grid.
+  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.epilogue.thread.alpha = 1.0f;
+  if constexpr (GemmDef::kWithAddend) {
+    // D = acc + C, C read from D's own rows before they are written (same tile, same CTA).
+    using Epi = typename Kernel::CollectiveEpilogue;
+    static_assert(std::is_same_v<typename Epi::InternalStrideC, typename Epi::InternalStrideD>);
+    args.epilogue.thread.beta = 1.0f;
+    args.epilogue.ptr_C = const_cast<const typename Arr::ElementD**>(arr.ptr_d);
+    args.epilogue.dC = arr.stride_d;
+  } else {
+    args.epilogue.thread.beta = 0.0f;  // there is no C operand
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+  }
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+
+  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config / dtype dispatch
+// ---------------------------------------------------------------------------------------------
+
+using RowMajor = cutlass::layout::RowMajor;
+using ColMajor = cutlass::layout::ColumnMajor;
+
+// Environment overrides, read once (for benchmarking / tuning on the target machine):
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small   forward and dgrad
+//   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop         wgrad
+const char* EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+bool UseSmallTiles(const GemmCall& c) {
+  static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+  if (choice == "large") return false;
+  if (choice == "small") return true;
+  // Host-side guess from static shapes only: average rows per group (an upper bound, as the
+  // sizes may sum to less than M). Short groups waste most of a 128-row tile.
+  return c.m <= 128 * c.g;
+}
+
+bool UseCoopWgrad() {
+  static const bool coop = std::string(EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong")) == "coop";
+  return coop;
+}
+
+// Acc: the accumulate form (D = acc + C); each translation unit instantiates one value, so the plain
+// kernels compile in grouped_gemm.cu and the accumulate ones in grouped_gemm_acc.cu.
+template <bool Acc, class TIn, class TOut>
+ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
+                      const DeviceInfo& dev) {
+  if (c.accumulate != Acc) {
+    return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: grouped GEMM accumulate flag mismatch");
+  }
+  switch (c.op) {
+    case Op::kForward:
+      if (UseSmallTiles(c))
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, PingpongConfig, Acc>>(
+            stream, ws, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, CoopConfig, Acc>>(
+          stream, ws, c, dev);
+    case Op::kDgrad:
+      if (UseSmallTiles(c))
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, PingpongConfig, Acc>>(
+            stream, ws, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, CoopConfig, Acc>>(
+          stream, ws, c, dev);
+    case Op::kWgrad:
+      if constexpr (!Acc) {
+        if (UseCoopWgrad())
+          return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig>>(
+              stream, ws, c, dev);
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config>>(
+            stream, ws, c, dev);
+      }
+      break;  // no accumulate form of the wgrad
+  }
+  return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: unknown grouped GEMM op");
+}
+
+template <bool Acc>
+ffi::Error DispatchTypes(ffi::DataType in_t, ffi::DataType out_t, cudaStream_t stream,
+                         const Workspace& ws, const GemmCall& c,
+                         const DeviceInfo& dev) {
+  using BF16 = cutlass::bfloat16_t;
+  using F16 = cutlass::half_t;
+  const bool f32_out = out_t == ffi::DataType::F32;
+  if (in_t == ffi::DataType::BF16) {
+    return f32_out ? DispatchOp<Acc, BF16, float>(stream, ws, c, dev)
+                   : DispatchOp<Acc, BF16, BF16>(stream, ws, c, dev);
+  }
+  return f32_out ? DispatchOp<Acc, F16, float>(stream, ws, c, dev)
+                 : DispatchOp<Acc, F16, F16>(stream, ws, c, dev);
+}
+
+// Shared dtype rules: operands both bf16 or both f16; out = input dtype or f32.
+ffi::Error CheckDtypes(const char* op, const char* a_name, ffi::DataType a_t, const char* b_name,
+                       ffi::DataType b_t, ffi::DataType out_t) {
+  if (!IsHalfType(a_t) || b_t != a_t) {
+    return invalid(std::string(op) + ": " + a_name + " and " + b_name +
+                   " must both be bf16 or both f16, got " + a_name + " " + DtypeName(a_t) +
+                   " and " + b_name + " " + DtypeName(b_t));
+  }
+  if (out_t != a_t && out_t != ffi::DataType::F32) {
+    return invalid(std::string(op) + ": out dtype must be " + DtypeName(a_t) +
+                   " (the input dtype) or f32, got " + DtypeName(out_t));
+  }
+  return ffi::Error::Success();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handler bodies
+// ---------------------------------------------------------------------------------------------
+
+// The forward / dgrad handler body. Acc = true: out = addend + product (addend != nullptr; XLA aliases
+// it to out, else it is copied there first), rows no group covers keep the addend.
+template <bool Acc>
+ffi::Error RunForwardOrDgrad(const char* op, cudaStream_t stream, ffi::AnyBuffer lhs,
+                             ffi::AnyBuffer rhs, ffi::Buffer<ffi::DataType::S32> group_sizes,
+                             const ffi::AnyBuffer* addend, ffi::Result<ffi::AnyBuffer> out,
+                             ffi::Result<ffi::AnyBuffer> workspace, bool transpose_rhs) {
+  const std::string name(op);
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
+  GroupedGemmDims d;
+  JMF_RETURN_IF_ERROR(grouped_gemm_dims(lhs, rhs, group_sizes, transpose_rhs, &d));
+  JMF_RETURN_IF_ERROR(CheckDtypes(op, "lhs", lhs.element_type(), "rhs",
+                                  rhs.element_type(), out->element_type()));
+  auto od = out->dimensions();
+  if (od.size() != 2 || od[0] != d.m || od[1] != d.n) {
+    return invalid(name + ": out must be [M,N] = [" + std::to_string(d.m) + "," +
+                   std::to_string(d.n) + "], got " + dims_str(od));
+  }
+  // TMA needs 16-byte aligned rows: every contiguous GEMM dimension must be a multiple of 8.
+  if (d.k % 8 != 0 || d.n % 8 != 0) {
+    return invalid(name + ": K and N must be a multiple of 8 (16-byte aligned rows for TMA)"
+                   " on CUDA, got K=" + std::to_string(d.k) + " N=" + std::to_string(d.n));
+  }
+  if (d.m > kInt32Max || d.k > kInt32Max || d.n > kInt32Max || d.g > kInt32Max) {
+    return invalid(name + ": M, K, N and G must each be < 2^31 on CUDA, got M=" +
+                   std::to_string(d.m) + " K=" + std::to_string(d.k) + " N=" +
+                   std::to_string(d.n) + " G=" + std::to_string(d.g));
+  }
+  if constexpr (Acc) {
+    JMF_RETURN_IF_ERROR(check_addend(op, *addend, d.m, d.n, out->element_type()));
+  }
+  if (d.m == 0 || d.n == 0) return ffi::Error::Success();  // empty output
+  if constexpr (Acc) {
+    if (addend->untyped_data() != out->untyped_data()) {
+      JMF_CUDA_CHECK(cudaMemcpyAsync(out->untyped_data(), addend->untyped_data(), out->size_bytes(),
+                                     cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  if (d.g == 0 || d.k == 0) {
+    // No group has a non-empty product: the whole output is zero (or the addend).
+    if (!Acc) JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
+    return ffi::Error::Success();
+  }
+  if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) ||
+      !Aligned16(out->untyped_data())) {
+    return invalid(name + ": lhs, rhs and out must be 16-byte aligned on CUDA");
+  }
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  GemmCall c;
+  c.op = transpose_rhs ? Op::kDgrad : Op::kForward;
+  c.a = lhs.untyped_data();
+  c.b = rhs.untyped_data();
+  c.d = out->untyped_data();
+  c.out_elem_bytes = ffi::ByteWidth(out->element_type());
+  c.accumulate = Acc;
+  c.sizes = group_sizes.typed_data();
+  c.m = d.m;
+  c.k = d.k;
+  c.n = d.n;
+  c.g = d.g;
+  return DispatchTypes<Acc>(lhs.element_type(), out->element_type(), stream, ws, c, dev);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace jax_moe_ffi
