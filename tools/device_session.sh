@@ -61,8 +61,8 @@ if [[ ",$what," == *",dispatch,"* ]]; then
 fi
 if [[ ",$what," == *",moe,"* ]]; then
   log "benchmark MoE layer"
-  timeout 400 python3 benchmarks/moe_layer.py 2>&1 | tee "$OUT/moe_layer.log" | tail -20
-  cp benchmarks/results/moe_layer_h200.* "$OUT/" 2>/dev/null
+  timeout 400 python3 benchmarks/moe_layer.py ${MOE_ARGS:-} 2>&1 | tee -a "$OUT/moe_layer.log" | grep -v "^W1" | tail -20
+  cp benchmarks/results/moe_layer*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",moeflags,"* ]]; then
   flags="${MOE_XLA_FLAGS:---xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1}"
@@ -77,7 +77,12 @@ if [[ ",$what," == *",profile,"* ]]; then
 fi
 if [[ ",$what," == *",timing,"* ]]; then
   log "timing check (per-call vs per-trial cost of the MoE layer)"
+  # SM clock / power / temperature every 100 ms while it runs (do longer trials run at lower clocks?)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 100 > "$OUT/timing_smi.csv" 2>&1 &
+  smi=$!
   timeout ${T_TIMING:-200} python3 benchmarks/timing_check.py 2>&1 | tee "$OUT/timing_check.log" | tail -8
+  kill $smi 2>/dev/null
   cp benchmarks/results/timing_check_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",sweep,"* ]]; then

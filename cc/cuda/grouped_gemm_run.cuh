@@ -241,6 +241,13 @@ bool UseSmallTiles(const GemmCall& c) {
   return c.m <= 128 * c.g;
 }
 
+// JAX_MOE_FFI_ACC_TILES = coop (default) | pingpong: the accumulate form's large-tile config. Its
+// epilogue also reads C; ping-pong overlaps one warp group's epilogue with the other's mainloop.
+bool UsePingpongAcc() {
+  static const bool pp = std::string(EnvOr("JAX_MOE_FFI_ACC_TILES", "coop")) == "pingpong";
+  return pp;
+}
+
 bool UseCoopWgrad() {
   static const bool coop = std::string(EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong")) == "coop";
   return coop;
@@ -256,12 +263,22 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
   }
   switch (c.op) {
     case Op::kForward:
+      if constexpr (Acc) {
+        if (!UseSmallTiles(c) && UsePingpongAcc())
+          return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, Pingpong128Config, Acc>>(
+              stream, ws, c, dev);
+      }
       if (UseSmallTiles(c))
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, PingpongConfig, Acc>>(
             stream, ws, c, dev);
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, CoopConfig, Acc>>(
           stream, ws, c, dev);
     case Op::kDgrad:
+      if constexpr (Acc) {
+        if (!UseSmallTiles(c) && UsePingpongAcc())
+          return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, Pingpong128Config, Acc>>(
+              stream, ws, c, dev);
+      }
       if (UseSmallTiles(c))
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, PingpongConfig, Acc>>(
             stream, ws, c, dev);
