@@ -102,3 +102,41 @@ def test_streams_in_scanned_grad_leave_one_annotated_call_per_region():
     g0 = jax.grad(loss(fn), (0, 1))(*args)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)):
         assert _rel(a, b) < 1e-4
+
+
+def _shared_expert_problem(seed=5, t=48, d=32, f=16, e=8):
+    from jax_moe_ffi import models
+    p = models.init_moe_params(jax.random.PRNGKey(seed), d, f, e, jnp.float32)
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed + 1), 3)
+    p["shared_up"] = jax.random.normal(k1, (d, f)) / d ** 0.5
+    p["shared_down"] = jax.random.normal(k2, (f, d)) / f ** 0.5
+    x = jax.random.normal(k3, (t, d))
+    return (lambda p, x: models.shared_expert_moe(p, x, 2)), p, x
+
+
+def test_streams_place_the_shared_expert_on_its_own_stream():
+    # The shared expert (x @ shared_up -> silu -> @ shared_down) neither feeds the routed site nor uses its
+    # output: with streams=True it is one call on SHARED_EXPERT_STREAM holding both of its dots; the combine is
+    # on DISPATCH_STREAM; the router's dot stays on the main stream.
+    fn, p, x = _shared_expert_problem()
+    on = jmf.optimize(fn, streams=True)
+    ref = fn(p, x)
+    assert _rel(on(p, x), ref) < 1e-5
+    g = jax.grad(lambda p, x: jnp.sum(on(p, x) ** 2), (0, 1))(p, x)
+    g0 = jax.grad(lambda p, x: jnp.sum(fn(p, x) ** 2), (0, 1))(p, x)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g0)):
+        assert _rel(a, b) < 1e-5
+    if not runtime.streams_supported():
+        return
+    text = runtime.lowered_text(jax.jit(on), p, x, platform="cuda")
+    shared = f'_xla_stream_annotation = "{runtime.SHARED_EXPERT_STREAM}"'
+    combine = f'_xla_stream_annotation = "{runtime.DISPATCH_STREAM}"'
+    assert text.count(shared) == 1 and text.count(combine) == 1
+    # the annotated call's callee holds the shared expert's two dots (shapes [48,32]x[32,16] and [48,16]x[16,32])
+    call = next(l for l in text.splitlines() if shared in l)
+    callee = re.search(r"call @([\w.\-]+)", call).group(1)
+    body = text[text.index(f"func.func private @{callee}"):]
+    body = body[: body.index("\n  }") if "\n  }" in body else len(body)]
+    assert body.count("stablehlo.dot_general") == 2
+    off_text = runtime.lowered_text(jax.jit(jmf.optimize(fn, streams=False)), p, x, platform="cuda")
+    assert "_xla_stream_annotation" not in off_text

@@ -150,12 +150,19 @@ def run(plan, args):
         marked.append(node)
         req = plan.site_requires(s) if s is not None else node.ins
         needed.update(x for x in req if isinstance(x, Var))
-    for node in reversed(marked):
+    order = list(reversed(marked))
+    branches = side_branches(plan, order) if plan.options.get("streams") else {}
+    on_branch = {n for b in branches.values() for n in b}
+    for node in order:
         s = plan.site_at.get(node)
         if s is not None:
+            if node in branches:
+                _run_on_stream(branches[node], order, on_branch, prog, read, env)
             read_stacked = _stacked_reader(s, read)
             env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked, plan.options)
             continue
+        if node in on_branch:
+            continue  # evaluated on its stream, with its site
         vals = [read(x) for x in node.ins]
         subs = plan.subplans.get(node)
         if subs is not None and any(p.has_sites() for p in subs):
@@ -165,6 +172,85 @@ def run(plan, args):
         for o, val in zip(node.outs, outs):
             env[o] = val
     return [read(v) for v in prog.outvars]
+
+
+def side_branches(plan, order):
+    """Per site node: the nodes of `order` that compute from the site's tokens but neither feed any site nor use
+    any site's output -- e.g. a shared expert, which runs beside the routed experts -- when they hold a
+    dot_general (real work worth a stream). optimize(streams=True) evaluates them as one function on
+    runtime.SHARED_EXPERT_STREAM just before the site, so XLA can overlap them with dispatch and the grouped
+    GEMMs. Nodes with effects, and structured nodes whose bodies hold sites, stay on the main stream."""
+    producer = {}
+    for n in order:
+        s = plan.site_at.get(n)
+        for o in ([s.out] if s is not None else n.outs):
+            producer[o] = n
+    site_nodes = [n for n in order if n in plan.site_at]
+
+    def ins_of(n):
+        s = plan.site_at.get(n)
+        return plan.site_requires(s) if s is not None else [v for v in n.ins if isinstance(v, Var)]
+
+    ancestors = set()  # of any site
+    stack = [n for n in site_nodes]
+    while stack:
+        n = stack.pop()
+        for v in ins_of(n):
+            pn = producer.get(v)
+            if pn is not None and pn not in ancestors:
+                ancestors.add(pn)
+                stack.append(pn)
+
+    def descendants(start_vars):
+        vars_, out = set(start_vars), set()
+        for n in order:
+            if any(v in vars_ for v in ins_of(n)):
+                out.add(n)
+                s = plan.site_at.get(n)
+                vars_.update([s.out] if s is not None else n.outs)
+        return out
+
+    after_sites = descendants([plan.site_at[n].out for n in site_nodes])
+    branches = {}
+    taken = set()
+    for sn in site_nodes:
+        s = plan.site_at[sn]
+        if s.primary is None:
+            continue
+        from_tokens = descendants([s.primary])
+        b = [n for n in order if n in from_tokens and n not in ancestors and n not in after_sites
+             and n not in plan.site_at and n not in taken and not n.effects
+             and not any(p.has_sites() for p in plan.subplans.get(n, []))]
+        if any(n.name == "dot_general" or any(e.name == "dot_general" for e in getattr(n, "body", []) or [])
+               for n in b):
+            branches[sn] = b
+            taken.update(b)
+    return branches
+
+
+def _run_on_stream(branch, order, on_branch, prog, read, env):
+    """Evaluates `branch` (nodes in order) as one function under runtime.on_stream; writes its outputs that
+    other nodes or the program's outputs use into env."""
+    from jax_moe_ffi import runtime
+    inside = {o for n in branch for o in n.outs}
+    ext_in = []
+    for n in branch:
+        for v in n.ins:
+            if isinstance(v, Var) and v not in inside and v not in ext_in:
+                ext_in.append(v)
+    used_outside = {v for n in order if n not in on_branch for v in n.ins if isinstance(v, Var)}
+    used_outside |= {v for v in prog.outvars if isinstance(v, Var)}
+    ext_out = [o for n in branch for o in n.outs if o in used_outside]
+
+    def fn(*vals):
+        local = dict(zip(ext_in, vals))
+        for n in branch:
+            outs = bind(n, [local[x] if isinstance(x, Var) else x.val for x in n.ins])
+            local.update(zip(n.outs, outs))
+        return [local[o] for o in ext_out]
+
+    outs = runtime.on_stream(fn, runtime.SHARED_EXPERT_STREAM)(*[read(v) for v in ext_in])
+    env.update(zip(ext_out, outs))
 
 
 def _stacked_reader(site, read):
