@@ -29,35 +29,21 @@ from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backen
 VARIANTS = {"ours": (False, None), "ours_streams": (True, None), "ours_offload": (False, "pinned_host")}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cpu-scale", type=int, default=0)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--case", default="deepseek-v3-ep8-local")
-    ap.add_argument("--no-scan", action="store_true", help="unroll the layers in Python (no lax.scan)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
-    ap.add_argument("--xla-options", default="",
-                    help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
-                         "loop_double_buffering,pipelined_host_offload")
-    args = ap.parse_args(argv)
-    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
-    if unknown:
-        ap.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    options = {o: True for o in args.xla_options.split(",") if o}
-    flags = runtime.apply_xla_flags(**options) if not args.cpu_scale else []
-
+def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False):
+    """The benchmark's model: `num_layers` decoder MoE blocks (routed experts in dense form + a shared expert) on
+    the `case_name` shape. Returns (variant, stacked_params, x); variant(streams, offload) -> loss(ps, x)."""
     import jax
     import jax.numpy as jnp
 
     import jax_moe_ffi as jmf
     from jax_moe_ffi import models
 
-    case = next(c for c in _common.load_shapes()["moe_layers"] if c["name"] == args.case)
+    case = next(c for c in _common.load_shapes()["moe_layers"] if c["name"] == case_name)
     t, d, f, e, k = case["tokens"], case["hidden"], case["moe_intermediate"], case["experts"], case["top_k"]
-    if args.cpu_scale:
-        t, d, f = t // args.cpu_scale, d // args.cpu_scale, f // args.cpu_scale
-    dtype = jnp.float32 if args.cpu_scale else jnp.bfloat16
-    keys = jax.random.split(jax.random.PRNGKey(0), args.layers + 1)
+    if cpu_scale:
+        t, d, f = t // cpu_scale, d // cpu_scale, f // cpu_scale
+    dtype = jnp.float32 if cpu_scale else jnp.bfloat16
+    keys = jax.random.split(jax.random.PRNGKey(0), num_layers + 1)
 
     def layer_params(key):
         p = models.init_moe_params(key, d, f, e, dtype)
@@ -77,9 +63,9 @@ def main(argv=None):
         body = jax.checkpoint(fast_block, policy=fast_block.offload_policy) if offload else jax.checkpoint(fast_block)
 
         def layers(ps, x):
-            if not args.no_scan:
+            if not no_scan:
                 return jax.lax.scan(body, x, ps)[0]
-            for i in range(args.layers):  # the --no-scan diagnostic: same layers, no while loop
+            for i in range(num_layers):  # the --no-scan diagnostic: same layers, no while loop
                 x = body(x, jax.tree.map(lambda a: a[i], ps))[0]
             return x
 
@@ -87,6 +73,29 @@ def main(argv=None):
             return jnp.sum(layers(ps, x).astype(jnp.float32) ** 2)
         return loss
 
+    return variant, stacked, x
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu-scale", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--case", default="deepseek-v3-ep8-local")
+    ap.add_argument("--no-scan", action="store_true", help="unroll the layers in Python (no lax.scan)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    ap.add_argument("--xla-options", default="",
+                    help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
+                         "loop_double_buffering,pipelined_host_offload")
+    args = ap.parse_args(argv)
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:
+        ap.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    options = {o: True for o in args.xla_options.split(",") if o}
+    flags = runtime.apply_xla_flags(**options) if not args.cpu_scale else []
+
+    import jax
+
+    variant, stacked, x = build_model(args.case, args.layers, args.cpu_scale, args.no_scan)
     rows = []
     for name in args.variants.split(","):
         streams, offload = VARIANTS[name]

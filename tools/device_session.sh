@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -118,6 +118,11 @@ if [[ ",$what," == *",runtime,"* ]]; then
   log "benchmark streams/offload"
   timeout ${T_RUNTIME:-400} python3 benchmarks/runtime.py ${RUNTIME_ARGS:-} 2>&1 | tee "$OUT/runtime.log" | tail -10
   cp benchmarks/results/runtime_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",streams,"* ]]; then
+  log "per-stream busy time and overlap (runtime model, streams off/on)"
+  timeout ${T_STREAMS:-200} python3 benchmarks/profile_streams.py 2>&1 | tee "$OUT/profile_streams.log" | grep -v "^W1" | tail -6
+  cp benchmarks/results/profile_streams_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"

@@ -1,0 +1,89 @@
+"""Do the streams overlap? Per-stream GPU busy time of the runtime benchmark's model (benchmarks/runtime.py:
+deepseek-v3-ep8-local layers with a shared expert, fwd+bwd) with optimize(streams=False) and streams=True, from a
+JAX profiler trace: for each stream the busy time (union of its kernels), the time two or more streams are
+busy at once (the overlap streams can buy), and the step span.
+
+  python benchmarks/profile_streams.py [--layers 4] [--steps 3]
+
+Writes benchmarks/results/profile_streams_<machine>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+import runtime as runtime_bench  # noqa: E402  (benchmarks/runtime.py)
+
+from jax_moe_ffi import runtime  # noqa: E402
+
+
+def union_us(intervals):
+    total, end = 0.0, None
+    start = None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            if end is not None:
+                total += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    if end is not None:
+        total += end - start
+    return total / 1e3
+
+
+def stream_times(fn, args, steps):
+    import jax
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            for _ in range(steps):
+                out = fn(*args)
+            jax.block_until_ready(out)
+        data = jax.profiler.ProfileData.from_file(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)[0])
+        per_stream = {}
+        for plane in data.planes:
+            if not plane.name.startswith("/device:GPU"):
+                continue
+            for line in plane.lines:
+                if "stream" in line.name.lower():
+                    per_stream.setdefault(line.name, []).extend((ev.start_ns, ev.end_ns) for ev in line.events)
+    everything = [iv for ivs in per_stream.values() for iv in ivs]
+    busy = {name: union_us(ivs) / steps for name, ivs in per_stream.items()}
+    any_busy = union_us(everything) / steps
+    span = (max(e for _, e in everything) - min(s for s, _ in everything)) / 1e3 / steps
+    return {"streams": busy, "busy_any_us": any_busy, "overlap_us": sum(busy.values()) - any_busy, "span_us": span}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--case", default="deepseek-v3-ep8-local")
+    args = ap.parse_args(argv)
+    flags = runtime.apply_xla_flags()
+    import jax
+    variant, stacked, x = runtime_bench.build_model(args.case, args.layers)
+    rows = []
+    for name, streams in (("ours", False), ("ours_streams", True)):
+        step = jax.jit(jax.value_and_grad(variant(streams, None), (0, 1)))
+        r = stream_times(step, (stacked, x), args.steps)
+        print(f"{name:>13}: span {r['span_us'] / 1e3:8.2f} ms, busy {r['busy_any_us'] / 1e3:8.2f} ms, "
+              f"overlap {r['overlap_us'] / 1e3:7.3f} ms; per stream (ms): "
+              + ", ".join(f"{k}: {v / 1e3:.2f}" for k, v in r["streams"].items()), flush=True)
+        rows.append({"impl": name, **r})
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/profile_streams.py"] + argv)
+    meta["xla_flags"] = flags
+    path = _common.RESULTS / f"profile_streams_{_common.machine_tag()}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
