@@ -3,7 +3,7 @@ deepseek-v3-ep8-local layers with a shared expert, fwd+bwd) with optimize(stream
 JAX profiler trace: for each stream the busy time (union of its kernels), the time two or more streams are
 busy at once (the overlap streams can buy), and the step span.
 
-  python benchmarks/profile_streams.py [--layers 4] [--steps 3]
+  python benchmarks/profile_streams.py [--layers 4] [--steps 3] [--no-scan --out NAME]
 
 Writes benchmarks/results/profile_streams_<machine>.json.
 """
@@ -66,10 +66,12 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--case", default="deepseek-v3-ep8-local")
+    ap.add_argument("--no-scan", action="store_true", help="layers unrolled in Python instead of lax.scan")
+    ap.add_argument("--out", default="", help="result name (default profile_streams_<machine>)")
     args = ap.parse_args(argv)
     flags = runtime.apply_xla_flags()
     import jax
-    variant, stacked, x = runtime_bench.build_model(args.case, args.layers)
+    variant, stacked, x = runtime_bench.build_model(args.case, args.layers, no_scan=args.no_scan)
     rows = []
     for name, streams in (("ours", False), ("ours_streams", True)):
         step = jax.jit(jax.value_and_grad(variant(streams, None), (0, 1)))
@@ -80,7 +82,8 @@ def main(argv=None):
         rows.append({"impl": name, **r})
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/profile_streams.py"] + argv)
     meta["xla_flags"] = flags
-    path = _common.RESULTS / f"profile_streams_{_common.machine_tag()}.json"
+    meta["scan"] = not args.no_scan
+    path = _common.RESULTS / f"{args.out or 'profile_streams_' + _common.machine_tag()}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {path}")
 

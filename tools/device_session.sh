@@ -121,8 +121,8 @@ if [[ ",$what," == *",runtime,"* ]]; then
 fi
 if [[ ",$what," == *",streams,"* ]]; then
   log "per-stream busy time and overlap (runtime model, streams off/on)"
-  timeout ${T_STREAMS:-200} python3 benchmarks/profile_streams.py 2>&1 | tee "$OUT/profile_streams.log" | grep -v "^W1" | tail -6
-  cp benchmarks/results/profile_streams_h200.json "$OUT/" 2>/dev/null
+  timeout ${T_STREAMS:-200} python3 benchmarks/profile_streams.py ${STREAMS_ARGS:-} 2>&1 | tee -a "$OUT/profile_streams.log" | grep -v "^W1" | tail -6
+  cp benchmarks/results/profile_streams*_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"
