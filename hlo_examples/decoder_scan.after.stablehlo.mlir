@@ -176,17 +176,8 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
       stablehlo.return %87 : tensor<512x256xf32>
     }) : (tensor<i32>) -> tensor<512x256xf32>
-    %72 = stablehlo.negate %71 : tensor<512x256xf32>
-    %73 = stablehlo.exponential %72 : tensor<512x256xf32>
-    %cst_23 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %74 = stablehlo.broadcast_in_dim %cst_23, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
-    %75 = stablehlo.add %74, %73 : tensor<512x256xf32>
-    %cst_24 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %76 = stablehlo.broadcast_in_dim %cst_24, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
-    %77 = stablehlo.divide %76, %75 : tensor<512x256xf32>
-    %78 = stablehlo.multiply %71, %77 : tensor<512x256xf32>
-    %c_25 = stablehlo.constant dense<0> : tensor<i32>
-    %79 = "stablehlo.case"(%c_25) ({
+    %c_23 = stablehlo.constant dense<0> : tensor<i32>
+    %72 = "stablehlo.case"(%c_23) ({
       %c_27 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_27 : tensor<i32>
     }, {
@@ -196,11 +187,20 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_27 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_27 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %80 = "stablehlo.case"(%79) ({
+    %73 = "stablehlo.case"(%72) ({
       %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
       stablehlo.return %87 : tensor<512x256xf32>
     }) : (tensor<i32>) -> tensor<512x256xf32>
-    %81 = stablehlo.multiply %78, %80 : tensor<512x256xf32>
+    %74 = stablehlo.negate %71 : tensor<512x256xf32>
+    %75 = stablehlo.exponential %74 : tensor<512x256xf32>
+    %cst_24 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %76 = stablehlo.broadcast_in_dim %cst_24, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %77 = stablehlo.add %76, %75 : tensor<512x256xf32>
+    %cst_25 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %78 = stablehlo.broadcast_in_dim %cst_25, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %79 = stablehlo.divide %78, %77 : tensor<512x256xf32>
+    %80 = stablehlo.multiply %71, %79 : tensor<512x256xf32>
+    %81 = stablehlo.multiply %80, %73 : tensor<512x256xf32>
     %c_26 = stablehlo.constant dense<0> : tensor<i32>
     %82 = "stablehlo.case"(%c_26) ({
       %c_27 = stablehlo.constant dense<0> : tensor<i32>

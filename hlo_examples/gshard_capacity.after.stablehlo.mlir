@@ -202,17 +202,8 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg2, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
       stablehlo.return %137 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %123 = stablehlo.negate %122 : tensor<1024x512xf32>
-    %124 = stablehlo.exponential %123 : tensor<1024x512xf32>
-    %cst_40 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %125 = stablehlo.broadcast_in_dim %cst_40, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %126 = stablehlo.add %125, %124 : tensor<1024x512xf32>
-    %cst_41 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %127 = stablehlo.broadcast_in_dim %cst_41, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %128 = stablehlo.divide %127, %126 : tensor<1024x512xf32>
-    %129 = stablehlo.multiply %122, %128 : tensor<1024x512xf32>
-    %c_42 = stablehlo.constant dense<0> : tensor<i32>
-    %130 = "stablehlo.case"(%c_42) ({
+    %c_40 = stablehlo.constant dense<0> : tensor<i32>
+    %123 = "stablehlo.case"(%c_40) ({
       %c_44 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_44 : tensor<i32>
     }, {
@@ -222,11 +213,20 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_44 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_44 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %131 = "stablehlo.case"(%130) ({
+    %124 = "stablehlo.case"(%123) ({
       %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg3, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
       stablehlo.return %137 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %132 = stablehlo.multiply %129, %131 : tensor<1024x512xf32>
+    %125 = stablehlo.negate %122 : tensor<1024x512xf32>
+    %126 = stablehlo.exponential %125 : tensor<1024x512xf32>
+    %cst_41 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %127 = stablehlo.broadcast_in_dim %cst_41, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %128 = stablehlo.add %127, %126 : tensor<1024x512xf32>
+    %cst_42 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %129 = stablehlo.broadcast_in_dim %cst_42, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %130 = stablehlo.divide %129, %128 : tensor<1024x512xf32>
+    %131 = stablehlo.multiply %122, %130 : tensor<1024x512xf32>
+    %132 = stablehlo.multiply %131, %124 : tensor<1024x512xf32>
     %c_43 = stablehlo.constant dense<0> : tensor<i32>
     %133 = "stablehlo.case"(%c_43) ({
       %c_44 = stablehlo.constant dense<0> : tensor<i32>

@@ -121,17 +121,8 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg2, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
       stablehlo.return %76 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %62 = stablehlo.negate %61 : tensor<1024x512xf32>
-    %63 = stablehlo.exponential %62 : tensor<1024x512xf32>
-    %cst_20 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %64 = stablehlo.broadcast_in_dim %cst_20, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %65 = stablehlo.add %64, %63 : tensor<1024x512xf32>
-    %cst_21 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %66 = stablehlo.broadcast_in_dim %cst_21, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %67 = stablehlo.divide %66, %65 : tensor<1024x512xf32>
-    %68 = stablehlo.multiply %61, %67 : tensor<1024x512xf32>
-    %c_22 = stablehlo.constant dense<0> : tensor<i32>
-    %69 = "stablehlo.case"(%c_22) ({
+    %c_20 = stablehlo.constant dense<0> : tensor<i32>
+    %62 = "stablehlo.case"(%c_20) ({
       %c_24 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_24 : tensor<i32>
     }, {
@@ -141,11 +132,20 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_24 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_24 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %70 = "stablehlo.case"(%69) ({
+    %63 = "stablehlo.case"(%62) ({
       %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg3, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
       stablehlo.return %76 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %71 = stablehlo.multiply %68, %70 : tensor<1024x512xf32>
+    %64 = stablehlo.negate %61 : tensor<1024x512xf32>
+    %65 = stablehlo.exponential %64 : tensor<1024x512xf32>
+    %cst_21 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %66 = stablehlo.broadcast_in_dim %cst_21, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %67 = stablehlo.add %66, %65 : tensor<1024x512xf32>
+    %cst_22 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %68 = stablehlo.broadcast_in_dim %cst_22, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %69 = stablehlo.divide %68, %67 : tensor<1024x512xf32>
+    %70 = stablehlo.multiply %61, %69 : tensor<1024x512xf32>
+    %71 = stablehlo.multiply %70, %63 : tensor<1024x512xf32>
     %c_23 = stablehlo.constant dense<0> : tensor<i32>
     %72 = "stablehlo.case"(%c_23) ({
       %c_24 = stablehlo.constant dense<0> : tensor<i32>

@@ -103,8 +103,10 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
       the numerics by FP8 rounding, so mode="exact" then means exact routing and drops, not exact values.
     offload: tag the dispatched rows and expert outputs for host offload; the returned function carries
       `.offload_policy` (runtime.offload_policy) to use as `jax.checkpoint(layer, policy=...)`.
-    streams: run the combine under a GPU stream annotation (runtime.on_stream); XLA honours it with
-      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts.
+    streams: run the combine, and any side branch beside a site (computed from its tokens, neither feeding nor
+      using a site: a shared expert), under GPU stream annotations (runtime.on_stream); XLA reads them with
+      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts (on the H200 with jaxlib 0.11.2 the
+      kernels still ran on one stream: see README "Streams").
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     _check_opts(mode, recipe, offload, streams)
@@ -177,9 +179,15 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                      "(jax_moe_ffi/moe_dispatched_rows, jax_moe_ffi/moe_expert_out); wrap the layer in "
                      "jax.checkpoint(policy=optimize(...).offload_policy) to move them to pinned host memory")
     if streams:
-        notes.append("streams=True: combine runs under a GPU stream annotation (runtime.on_stream, stream "
-                     f"{2}); XLA acts on it with runtime.apply_xla_flags() (H200, 4-layer deepseek-v3-ep8-local layer: "
-                     "99.3 vs 98.1 ms without, no gain measured: benchmarks/results/runtime_h200.md)")
+        from jax_moe_ffi.rewrite import interp
+        side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]
+        shared = (f"; {len(side)} side branch(es) beside a site (e.g. a shared expert: "
+                  f"{', '.join(str(sum(n.name == 'dot_general' for n in b)) + ' dot(s) in ' + str(len(b)) + ' op(s)' for b in side)}) "
+                  "on stream 1") if side else "; no side branch (shared expert) found"
+        notes.append("streams=True: combine under a GPU stream annotation (runtime.on_stream, stream 2)" + shared
+                     + ". XLA (jaxlib 0.11.2, runtime.apply_xla_flags()) makes these async calls, but on the H200 every "
+                       "kernel still ran on one stream and no gain was measured (benchmarks/results/runtime_h200.md, "
+                       "profile_streams_h200.json)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
 

@@ -112,24 +112,10 @@ def bind(e, vals):
     return list(r) if e.prim.multiple_results else [r]
 
 
-def run(plan, args):
+def schedule(plan):
+    """The nodes run() evaluates, in program order: units the sites need are expanded, and only what the
+    outputs (or effects) need is kept -- so the dense compute a site replaces is dropped."""
     prog = plan.prog
-    env = {}
-    for v, a in zip(prog.invars, args):
-        env[v] = a
-
-    def read(v):
-        if isinstance(v, Lit):
-            return v.val
-        if v in env:
-            return env[v]
-        # not computed on the main path (e.g. inside a unit bound whole): compute it from its producer
-        e = prog.producer[v]
-        outs = bind(e, [read(x) for x in e.ins])
-        for o, val in zip(e.outs, outs):
-            env.setdefault(o, val)
-        return env[v]
-
     nodes = []
 
     def add(eqns):
@@ -150,7 +136,28 @@ def run(plan, args):
         marked.append(node)
         req = plan.site_requires(s) if s is not None else node.ins
         needed.update(x for x in req if isinstance(x, Var))
-    order = list(reversed(marked))
+    return list(reversed(marked))
+
+
+def run(plan, args):
+    prog = plan.prog
+    env = {}
+    for v, a in zip(prog.invars, args):
+        env[v] = a
+
+    def read(v):
+        if isinstance(v, Lit):
+            return v.val
+        if v in env:
+            return env[v]
+        # not computed on the main path (e.g. inside a unit bound whole): compute it from its producer
+        e = prog.producer[v]
+        outs = bind(e, [read(x) for x in e.ins])
+        for o, val in zip(e.outs, outs):
+            env.setdefault(o, val)
+        return env[v]
+
+    order = schedule(plan)
     branches = side_branches(plan, order) if plan.options.get("streams") else {}
     on_branch = {n for b in branches.values() for n in b}
     for node in order:
