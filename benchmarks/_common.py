@@ -74,6 +74,37 @@ def time_ms(fn, *args, min_time_s: float = 0.3, trials: int = 5) -> float:
     return float(np.median(per_call)) * 1e3
 
 
+def gpu_stream_events(fn, args, steps: int) -> dict:
+    """Runs fn(*args) `steps` times back to back under the JAX profiler (after one warm-up call) and returns
+    {stream line name: [(start_ns, end_ns, kernel name), ...]} from the trace's GPU planes. XLA's GPU plane
+    has one line per CUDA stream plus summary lines ("XLA Ops", "XLA Modules", ...) that repeat the same
+    time; only the stream lines are kept."""
+    import glob
+    import tempfile
+
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp):
+            for _ in range(steps):
+                out = fn(*args)
+            jax.block_until_ready(out)
+        files = glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)
+        if not files:
+            raise RuntimeError("the profiler wrote no .xplane.pb")
+        data = jax.profiler.ProfileData.from_file(files[0])
+        lines = {}
+        for plane in data.planes:
+            if not plane.name.startswith("/device:GPU"):
+                continue
+            for line in plane.lines:
+                if "stream" in line.name.lower():
+                    lines.setdefault(f"{plane.name} {line.name}", []).extend(
+                        (ev.start_ns, ev.end_ns, ev.name) for ev in line.events)
+    return lines
+
+
 def import_tokamax():
     """tokamax (the Pallas Mosaic GPU ragged_dot anchor) when importable, else None. It imports `xprof` only
     for its own profiler helpers, so a stub stands in for that 32 MiB wheel (see shared/tools/device_wheels.sh)."""

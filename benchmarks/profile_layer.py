@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,30 +29,13 @@ def kernel_times(fn, args, steps: int) -> tuple[dict[str, float], dict[str, floa
     """Per call: device time (us) per kernel name; idle time (us) on the stream before each kernel name
     (the gap after the previous kernel ended, within a call); and the span (us) from the first kernel's
     start to the last one's end, averaged over `steps` calls run back to back."""
-    jax.block_until_ready(fn(*args))
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp):
-            for _ in range(steps):
-                out = fn(*args)
-            jax.block_until_ready(out)
-        files = glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)
-        if not files:
-            raise RuntimeError("profile_layer: the profiler wrote no .xplane.pb")
-        data = jax.profiler.ProfileData.from_file(files[0])
-        total, idle = collections.Counter(), collections.Counter()
-        events = []
-        for plane in data.planes:
-            if not plane.name.startswith("/device:GPU"):
-                continue
-            print(f"profile plane {plane.name}: lines {[ln.name for ln in plane.lines]}")
-            for line in plane.lines:
-                # XLA's GPU plane has one line per stream plus summary lines ("XLA Ops", "XLA Modules", ...)
-                # that repeat the same time; only the stream lines hold kernels.
-                if "stream" not in line.name.lower():
-                    continue
-                for ev in line.events:
-                    total[ev.name] += ev.duration_ns / 1e3
-                    events.append((ev.start_ns, ev.end_ns, ev.name))
+    total, idle = collections.Counter(), collections.Counter()
+    events = []
+    for name, evs in _common.gpu_stream_events(fn, args, steps).items():
+        print(f"profile line {name}")
+        for start, end, kernel in evs:
+            total[kernel] += (end - start) / 1e3
+            events.append((start, end, kernel))
     events.sort()
     span = (events[-1][1] - events[0][0]) / 1e3 if events else 0.0
     for (s0, e0, _), (s1, _, n1) in zip(events, events[1:]):

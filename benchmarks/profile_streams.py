@@ -10,10 +10,8 @@ Writes benchmarks/results/profile_streams_<machine>.json.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,21 +37,7 @@ def union_us(intervals):
 
 
 def stream_times(fn, args, steps):
-    import jax
-    jax.block_until_ready(fn(*args))
-    with tempfile.TemporaryDirectory() as tmp:
-        with jax.profiler.trace(tmp):
-            for _ in range(steps):
-                out = fn(*args)
-            jax.block_until_ready(out)
-        data = jax.profiler.ProfileData.from_file(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)[0])
-        per_stream = {}
-        for plane in data.planes:
-            if not plane.name.startswith("/device:GPU"):
-                continue
-            for line in plane.lines:
-                if "stream" in line.name.lower():
-                    per_stream.setdefault(line.name, []).extend((ev.start_ns, ev.end_ns) for ev in line.events)
+    per_stream = {name: [(s, e) for s, e, _ in evs] for name, evs in _common.gpu_stream_events(fn, args, steps).items()}
     everything = [iv for ivs in per_stream.values() for iv in ivs]
     busy = {name: union_us(ivs) / steps for name, ivs in per_stream.items()}
     any_busy = union_us(everything) / steps
