@@ -1,10 +1,10 @@
 """The compiler pass: `optimize(fn)` rewrites naive MoE layers into dispatch -> grouped GEMM -> combine;
 `explain(fn, *args)` reports what it would rewrite and why not elsewhere.
 
-Pipeline: trace (`ir`: jaxpr -> renamed IR, calls inlined, scan/remat/cond/while bodies as sub-programs)
--> facts (`facts`: which values are top_k indices, one-hot/k-sparse masks, iotas) -> sites (`match`,
-`loops`: reductions over experts proven k-sparse, and the pointwise region feeding them) -> emit
-(`emit`) -> evaluation (`interp`) -> `report`.
+Pipeline: trace (`ir`: jaxpr -> renamed IR, calls inlined, scan/remat/cond/while/shard_map bodies as
+sub-programs) -> facts (`facts`: which values are top_k indices, one-hot/k-sparse masks, iotas) -> sites
+(`match`, `loops`: reductions over experts proven k-sparse, and the pointwise region feeding them; `ragged`:
+`jax.lax.ragged_dot` calls, already grouped) -> emit (`emit`) -> evaluation (`interp`) -> `report`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite.interp import Plan, run
-from jax_moe_ffi.rewrite.ir import program_from_closed
+from jax_moe_ffi.rewrite.ir import program_from_closed, source_line
 from jax_moe_ffi.rewrite.report import MissReport, Report, SiteReport
 
 __all__ = ["optimize", "explain", "Report", "SiteReport", "MissReport"]
@@ -166,6 +166,19 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                                 notes=list(s.notes) + extra + (["mode='dropless': expert capacity ignored, no token "
                                                         "is dropped (differs from the model when it drops)"]
                                                        if mode == "dropless" and s.C is not None else [])))
+    from jax_moe_ffi.rewrite import ragged as RG
+    for p in plan.all_plans():
+        for e, m in p.ragged.items():
+            fl = RG.flops(e)
+            nbytes = max(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in list(e.ins[:2]) + e.outs)
+            g = e.ins[2].shape[0]
+            sites.append(SiteReport(
+                family=RG.FAMILY, E=g, k=None, capacity=None, tokens=(e.ins[0].shape[0],),
+                shapes={"gemms": [(tuple(e.ins[0].shape), tuple(e.ins[1].shape))]}, source=source_line(e),
+                path=p.path, flops_before=fl, flops_after=fl, bytes_before=nbytes, bytes_after=nbytes,
+                notes=[f"jax.lax.ragged_dot ({m}) -> " + ("grouped_matmul_wgrad" if m == "wgrad" else
+                       "grouped_matmul" + (", transpose_rhs" if m == "fwd_t" else "")) +
+                       ": same FLOPs; XLA's GPU ragged_dot is a dense masked dot"]))
     misses = [MissReport(reason=m["reason"], source=m["source"], op=m["op"], shapes=m["shapes"],
                          path=m.get("path", ""), at=m.get("at")) for m in plan.all_misses()]
     notes = []
@@ -178,7 +191,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
         notes.append(f"offload={offload!r}: dispatched rows and expert outputs are tagged "
                      "(jax_moe_ffi/moe_dispatched_rows, jax_moe_ffi/moe_expert_out); wrap the layer in "
                      "jax.checkpoint(policy=optimize(...).offload_policy) to move them to pinned host memory")
-    if streams:
+    if streams and any(p.sites for p in plan.all_plans()):
         from jax_moe_ffi.rewrite import interp
         side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]
         shared = (f"; {len(side)} side branch(es) beside a site (e.g. a shared expert: "

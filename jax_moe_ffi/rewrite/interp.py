@@ -1,8 +1,8 @@
 """Analysis plans and the interpreter that evaluates a program with its sites rewritten.
 
 The interpreter binds primitives one by one (like `jax.core.eval_jaxpr`), so the rewritten function
-composes with jit/grad/vmap; `scan`/`remat`/`cond`/`while` whose bodies hold sites are rebuilt with
-`lax.scan`/`jax.checkpoint`/`lax.switch`/`lax.while_loop` around the rewritten body. Units
+composes with jit/grad/vmap; `scan`/`remat`/`cond`/`while`/`shard_map` whose bodies hold sites are rebuilt
+with `lax.scan`/`jax.checkpoint`/`lax.switch`/`lax.while_loop`/`jax.shard_map` around the rewritten body. Units
 (custom_jvp/vjp calls) are bound whole, keeping their derivative rules, unless a site needs their inside.
 Only what the outputs need is evaluated, so the dense expert compute a site replaces never runs.
 """
@@ -13,13 +13,14 @@ from jax import lax
 from jax._src import source_info_util as siu
 
 from jax_moe_ffi.rewrite import emit as EM
+from jax_moe_ffi.rewrite import ragged as RG
 from jax_moe_ffi.rewrite.facts import Facts
-from jax_moe_ffi.rewrite.ir import Lit, Var
+from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
 from jax_moe_ffi.rewrite.match import Analyzer
 
 
 class Plan:
-    def __init__(self, prog, mode, path="", options=None):
+    def __init__(self, prog, mode, path="", options=None, in_unit=False):
         self.prog = prog
         self.mode = mode
         self.path = path
@@ -31,11 +32,23 @@ class Plan:
             s.path = path
         for m in self.misses:
             m["path"] = path
+        # family (5): ragged_dot equations the interpreter binds -- not inside a custom_jvp/vjp unit, which is
+        # bound whole with its own derivative rule (e.g. this package's ops, whose XLA fallback is a ragged_dot)
+        self.ragged = {}
+        for e in ([] if in_unit else prog.eqns):
+            if e.kind == "prim" and e.name == RG.PRIMITIVE:
+                mode_, why = RG.classify(e)
+                if mode_ is not None:
+                    self.ragged[e] = mode_
+                else:
+                    self.misses.append({"reason": why, "source": source_line(e), "op": e.name, "at": None,
+                                        "shapes": [tuple(v.shape) for v in e.ins], "path": path})
         self.subplans = {}
         for e in prog.flat:
-            if e.subs and e.kind in ("scan", "remat", "cond", "while"):
+            if e.subs and e.kind in ("scan", "remat", "cond", "while", "shard_map"):
                 self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
-                                         f"{path}{e.kind}/", self.options) for i, sp in enumerate(e.subs)]
+                                         f"{path}{e.kind}/", self.options, in_unit or e.unit is not None)
+                                    for i, sp in enumerate(e.subs)]
         self.expanded = set()
         self.site_at = {}
         for s in list(self.sites):
@@ -77,7 +90,7 @@ class Plan:
         return [v for v in req if isinstance(v, Var)]
 
     def has_sites(self):
-        return bool(self.sites) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
+        return bool(self.sites or self.ragged) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
 
     def all_plans(self):
         """This plan and its sub-plans (scan / remat / cond bodies), depth first."""
@@ -172,7 +185,9 @@ def run(plan, args):
             continue  # evaluated on its stream, with its site
         vals = [read(x) for x in node.ins]
         subs = plan.subplans.get(node)
-        if subs is not None and any(p.has_sites() for p in subs):
+        if node in plan.ragged:
+            outs = [RG.emit(node, plan.ragged[node], vals, plan.options.get("recipe"))]
+        elif subs is not None and any(p.has_sites() for p in subs):
             outs = _structured(node, subs, vals)
         else:
             outs = bind(node, vals)
@@ -310,6 +325,13 @@ def _structured(e, subs, vals):
     if e.kind == "cond":
         branches = [(lambda sp: (lambda *a: run(sp, list(a))))(sp) for sp in subs]
         return list(lax.switch(vals[0], branches, *vals[1:]))
+    if e.kind == "shard_map":
+        # the same mesh, specs and manual axes around the rewritten per-shard body
+        sp = subs[0]
+        f = jax.shard_map(lambda *a: tuple(run(sp, list(a))), mesh=p["mesh"], in_specs=tuple(p["in_specs"]),
+                          out_specs=tuple(p["out_specs"]), check_vma=p.get("check_vma", True),
+                          axis_names=set(p.get("newly_manual_axes", p["mesh"].axis_names)))
+        return list(f(*vals))
     if e.kind == "while":
         cp, bp = subs
         cn, bn = p["cond_nconsts"], p["body_nconsts"]

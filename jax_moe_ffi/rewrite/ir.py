@@ -2,7 +2,7 @@
 
 * exec view (`Program.eqns`): what the interpreter binds. `jit`/`pjit`/`closed_call` bodies are inlined;
   `custom_jvp_call`/`custom_vjp_call` stay *units* (bound whole, keeping their custom derivative rules)
-  unless a rewrite needs their inside; `scan`/`remat`/`cond`/`while` keep their structure with their
+  unless a rewrite needs their inside; `scan`/`remat`/`cond`/`while`/`shard_map` keep their structure with their
   bodies as sub-`Program`s (rewritten independently); everything else is a primitive.
 * analysis view (`Program.flat`): every unit body inlined, so facts flow through softmax/silu/relu etc.
 
@@ -83,7 +83,7 @@ class Lit(_Typed):
 
 
 class Eqn:
-    """kind: prim | unit | alias | scan | remat | cond | while | opaque."""
+    """kind: prim | unit | alias | scan | remat | cond | while | shard_map | opaque."""
     __slots__ = ("prim", "params", "ins", "outs", "src", "ctx", "kind", "body", "subs", "unit", "id", "effects")
 
     def __init__(self, prim, params, ins, outs, src, ctx, kind="prim"):
@@ -217,6 +217,9 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
         elif name == "while":
             e.kind = "while"
             e.subs = [program_from_closed(params["cond_jaxpr"]), program_from_closed(params["body_jaxpr"])]
+        elif name == "shard_map" and {"mesh", "in_specs", "out_specs", "jaxpr"} <= set(params):
+            e.kind = "shard_map"
+            e.subs = [program_from_closed(params["jaxpr"], [])]
         elif any(isinstance(p, (jcore.Jaxpr, jcore.ClosedJaxpr)) for p in params.values()):
             e.kind = "opaque"
         exec_eqns.append(e)

@@ -8,6 +8,7 @@ FAMILIES = {
     "dense": "(2) all-experts dense compute weighted by a top-k-sparse gate",
     "masked": "(3) tokens broadcast to every expert, then masked",
     "loop": "(4) per-expert unrolled loop",
+    "ragged": "(5) jax.lax.ragged_dot, swapped for the grouped GEMM kernel",
 }
 
 
@@ -15,7 +16,7 @@ FAMILIES = {
 class SiteReport:
     family: str
     E: int
-    k: int
+    k: int | None
     capacity: int | None
     tokens: tuple
     shapes: dict
@@ -77,8 +78,12 @@ class Report:
                 if s.capacity is not None else ""
             lines.append(f"  site {i}: {FAMILIES.get(s.family, s.family)}")
             lines.append(f"    at {s.source}" + (f" (inside {s.path.rstrip('/')})" if s.path else ""))
-            lines.append(f"    E={s.E} k={s.k}{cap} tokens={s.tokens}")
-            for j, (a, w) in enumerate(s.shapes.get("gemms", [])):
+            if s.family == "ragged":
+                (a, w), = s.shapes["gemms"]
+                lines.append(f"    groups={s.E} lhs {a} x rhs {w}")
+            else:
+                lines.append(f"    E={s.E} k={s.k}{cap} tokens={s.tokens}")
+            for j, (a, w) in enumerate(s.shapes.get("gemms", []) if s.family != "ragged" else []):
                 lines.append(f"    gemm {j}: rows from {a} x expert weights {w}")
             lines.append(f"    FLOPs {_fmt(s.flops_before)} -> {_fmt(s.flops_after)} "
                          f"({s.flops_ratio:.1f}x fewer); largest buffer {_fmt(s.bytes_before, 'B')} -> "

@@ -3,8 +3,8 @@
 - `dense_matmul` with capacity_factor > 0: `mode="exact"` must reproduce MaxText's drops; `mode="dropless"` must
   equal MaxText's own dropless answer.
 - `dense_matmul` dropless (capacity_factor = -1): exact, and equal to MaxText's `sparse_matmul` path.
-- `sparse_matmul` (already grouped: `jax.lax.ragged_dot`) is the reference answer for dropless; `optimize` must
-  leave it alone.
+- `sparse_matmul` (already grouped: `jax.lax.ragged_dot`) is the reference answer for dropless; `optimize` swaps
+  its ragged_dots for the grouped GEMM (family 5), with the same values.
 The module is built through MaxText's own config system (`pyconfig.initialize` on its base.yml) and called as a
 pure function of (params, x) with `nnx.split`/`nnx.merge`.
 """
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import moe_check as C
@@ -171,21 +169,26 @@ def test_dense_matmul_capacity_inference_mode(cf):
                   capacity=cap, dense_dot_floor=E * B * cap * min(D, F), loss_argnums=(0, 1), seed_=seed)
 
 
-def test_sparse_matmul_is_left_alone():
-    """The sparse_matmul path already runs grouped (ragged_dot): nothing to rewrite, and optimize must not change
-    it (bit-identical, one warning)."""
+def test_sparse_matmul_ragged_dot_is_swapped_for_the_grouped_gemm():
+    """The sparse_matmul path (megablox=False) is already grouped: sort + `jax.lax.ragged_dot` inside MaxText's
+    shard_map. Family (5) swaps its three ragged_dots (gate, up, down) for `grouped_matmul`, looking into the
+    shard_map body: same values and gradients (f32), no ragged_dot left in the lowered module."""
     seed = C.seed()
-    f, p, _ = build(seed, sparse_matmul=True)
+    f, p, cfg = build(seed, sparse_matmul=True)
     x = _x(seed)
     r = explain(f, p, x)
-    assert not r.sites, str(r)
+    assert len(r.sites) == 3 and all(s.family == "ragged" for s in r.sites), str(r)
+    assert all(s.E == cfg.num_experts and s.path.startswith("shard_map") for s in r.sites), str(r)
+    assert not [m for m in r.misses if m.op == "ragged_dot_general"], str(r)  # (the router's dot is a near-miss)
     of = optimize(f)
-    with pytest.warns(RuntimeWarning, match="no MoE site"):
-        y1 = of(p, x)
-    np.testing.assert_array_equal(np.asarray(y1), np.asarray(f(p, x)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        of(p, x)  # warned once only
+    y0, y1 = f(p, x), jax.jit(of)(p, x)
+    assert C.tree_rel(y1, y0) <= C.TOL
+    after = jax.jit(of).lower(p, x).as_text()
+    assert C.grouped_gemm_calls(after) == 3 and "ragged_dot" not in after
+    loss = lambda fn: (lambda p, x: jnp.sum(jnp.sin(jax.tree.leaves(fn(p, x))[0])))
+    g0 = jax.grad(loss(f), (0, 1))(p, x)
+    g1 = jax.jit(jax.grad(loss(of), (0, 1)))(p, x)
+    assert C.tree_rel(g1, g0) <= C.GRAD_TOL
 
 
 def test_capacity_path_under_jit_scan_and_remat():

@@ -1,0 +1,152 @@
+"""Family (5): `jax.lax.ragged_dot` / `ragged_dot_general` in a model is swapped for the grouped GEMM ops
+(forward, transposed-rhs and ragged-contraction forms), at top level and inside scan / checkpoint / shard_map;
+other layouts are left to XLA and reported. Checked against the original function on fresh random inputs."""
+import collections
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import jax_moe_ffi as jmf
+
+WGRAD_DIMS = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [0]), ([], [])),
+                                               lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def custom_calls(fn, *args):
+    return collections.Counter(re.findall(r"custom_call @(\w+)", jax.jit(fn).lower(*args).as_text()))
+
+
+def sizes(rng, m, g, total):
+    w = rng.random(g) * (rng.random(g) > 0.3)
+    if w.sum() == 0:
+        w[0] = 1
+    s = np.floor(w / w.sum() * total).astype(np.int32)
+    s[np.argmax(s)] += total - s.sum()
+    return jnp.asarray(s)
+
+
+def expert_mlp(gs, transposed_down):
+    """A dropless expert MLP written with ragged_dot: up (rhs [G,K,N]), SiLU, down ([G,N,K] or [G,K,N])."""
+    def f(x, w_up, w_down):
+        h = jax.nn.silu(jax.lax.ragged_dot(x, w_up, gs))
+        if transposed_down:
+            dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [2]), ([], [])),
+                                                     lhs_ragged_dimensions=[0], rhs_group_dimensions=[0])
+            return jax.lax.ragged_dot_general(h, w_down, gs, dims)
+        return jax.lax.ragged_dot(h, w_down, gs)
+    return f
+
+
+@given(st.integers(1, 60), st.integers(1, 24), st.integers(1, 24), st.integers(1, 6), st.integers(0, 8),
+       st.booleans(), st.integers(0, 2**31 - 1))
+def test_ragged_dot_mlp_is_swapped_and_matches(m, k, n, g, under, transposed, seed):
+    rng = np.random.default_rng(seed)
+    total = max(m - under, 0)
+    gs = sizes(rng, m, g, total)
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    w_up = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+    w_down = jnp.asarray(rng.standard_normal((g, k, n) if transposed else (g, n, k)), jnp.float32)
+    f = expert_mlp(gs, transposed)
+    fast = jmf.optimize(f)
+    ref = f(x, w_up, w_down)
+    out = fast(x, w_up, w_down)
+    assert rel(out, ref) < 1e-5
+    loss = lambda fn: (lambda *a: jnp.sum(jnp.sin(fn(*a))))
+    for a, b in zip(jax.grad(loss(fast), (0, 1, 2))(x, w_up, w_down), jax.grad(loss(f), (0, 1, 2))(x, w_up, w_down)):
+        if np.linalg.norm(np.asarray(b)) > 0:
+            assert rel(a, b) < 1e-5
+    calls = custom_calls(fast, x, w_up, w_down)
+    assert calls["jax_moe_ffi_grouped_gemm"] == 2, calls
+    text = jax.jit(fast).lower(x, w_up, w_down).as_text()
+    assert "ragged_dot" not in text
+
+
+def test_wgrad_form_and_bf16_with_f32_output():
+    rng = np.random.default_rng(3)
+    m, k, n, g = 50, 16, 24, 4
+    gs = sizes(rng, m, g, m - 3)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    d = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    f = lambda a, d: jax.lax.ragged_dot_general(a, d, gs, WGRAD_DIMS, preferred_element_type=jnp.float32)
+    fast = jmf.optimize(f)
+    out = fast(a, d)
+    assert out.dtype == jnp.float32 and out.shape == (g, k, n)
+    assert rel(out, f(a, d)) < 1e-5
+    assert custom_calls(fast, a, d)["jax_moe_ffi_grouped_gemm_wgrad"] == 1
+    r = jmf.explain(f, a, d)
+    assert len(r.sites) == 1 and r.sites[0].family == "ragged" and "wgrad" in r.sites[0].notes[0]
+
+
+def test_inside_scan_and_checkpoint():
+    rng = np.random.default_rng(4)
+    m, k, n, g, layers = 32, 8, 16, 4, 3
+    gs = sizes(rng, m, g, m)
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    ws = (jnp.asarray(rng.standard_normal((layers, g, k, n)) / 3, jnp.float32),
+          jnp.asarray(rng.standard_normal((layers, g, n, k)) / 4, jnp.float32))
+    mlp = expert_mlp(gs, False)
+
+    def f(x, ws):
+        body = jax.checkpoint(lambda h, w: (h + mlp(h, *w), None))
+        return jax.lax.scan(body, x, ws)[0]
+
+    fast = jmf.optimize(f)
+    assert rel(fast(x, ws), f(x, ws)) < 1e-5
+    g1 = jax.grad(lambda *a: jnp.sum(fast(*a) ** 2), (0, 1))(x, ws)
+    g0 = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), (0, 1))(x, ws)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+        assert rel(a, b) < 1e-5
+    assert "ragged_dot" not in jax.jit(fast).lower(x, ws).as_text()
+    assert len(jmf.explain(f, x, ws).sites) == 2
+
+
+def test_inside_shard_map():
+    from jax.sharding import AxisType, PartitionSpec as P
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,))
+    rng = np.random.default_rng(5)
+    m, k, n, g = 40, 16, 24, 5
+    gs = sizes(rng, m, g, m - 5)
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+    f = lambda a, w: jax.shard_map(lambda a, w: jax.nn.relu(jax.lax.ragged_dot(a, w, gs)), mesh=mesh,
+                                   in_specs=(P("x"), P()), out_specs=P("x"), check_vma=False)(a, w)
+    fast = jmf.optimize(f)
+    assert rel(fast(x, w), f(x, w)) < 1e-5
+    g1 = jax.grad(lambda *a: jnp.sum(fast(*a) ** 2), (0, 1))(x, w)
+    g0 = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), (0, 1))(x, w)
+    assert all(rel(a, b) < 1e-5 for a, b in zip(g1, g0))
+    assert custom_calls(fast, x, w)["jax_moe_ffi_grouped_gemm"] == 1
+    r = jmf.explain(f, x, w)
+    assert r.sites[0].path.startswith("shard_map")
+
+
+def test_unsupported_layouts_are_left_to_xla_and_reported():
+    rng = np.random.default_rng(6)
+    b, m, k, n, g = 2, 12, 8, 8, 3
+    gs = jnp.asarray([[4, 4, 4], [2, 5, 5]], jnp.int32)
+    lhs = jnp.asarray(rng.standard_normal((b, m, k)), jnp.float32)
+    rhs = jnp.asarray(rng.standard_normal((b, g, k, n)), jnp.float32)
+    dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([2], [2]), ([0], [0])),
+                                             lhs_ragged_dimensions=[1], rhs_group_dimensions=[1])
+    f = lambda a, w: jax.lax.ragged_dot_general(a, w, gs, dims)
+    r = jmf.explain(f, lhs, rhs)
+    assert not r.sites and any("batch dimensions" in mm.reason for mm in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        out = jmf.optimize(f)(lhs, rhs)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(f(lhs, rhs)))
+
+
+def test_the_packages_own_ops_are_not_sites():
+    # grouped_matmul is a custom_vjp whose XLA fallback branch is a ragged_dot: bound whole, never a site.
+    x, w, gs = jnp.ones((16, 8)), jnp.ones((2, 8, 4)), jnp.asarray([8, 8], jnp.int32)
+    r = jmf.explain(lambda x, w: jmf.grouped_matmul(x, w, gs), x, w)
+    assert not r.sites and not r.misses, str(r)
