@@ -1,8 +1,10 @@
 """Training step on MaxText's own MoE layer: a small stack of `maxtext.layers.moe.RoutedMoE` (the
 dense_matmul path: GShard-style capacity einsums, as MaxText runs it without megablox/sparse_matmul), residual
 blocks under `lax.scan(jax.checkpoint(...))` like MaxText's scanned decoder, AdamW; run as written and through
-`optimize(mode="exact")` and `optimize(mode="dropless")`. Reports step time, tokens/s, routed-expert TFLOP/s,
-peak memory and the loss after N steps on the same data.
+`optimize(mode="exact")` and `optimize(mode="dropless")`; and MaxText's sparse_matmul path without megablox
+(dropless, already grouped with `jax.lax.ragged_dot`) as written and through `optimize` (family 5: the
+ragged_dots swapped for the grouped GEMM). Reports step time, tokens/s, routed-expert TFLOP/s, peak memory and
+the loss after N steps on the same data.
 
   python benchmarks/train_step_maxtext.py              # GPU: Qwen3-30B-A3B MoE shapes, 2 layers, bf16
   python benchmarks/train_step_maxtext.py --tiny       # CPU smoke run (tiny config, float32)
@@ -89,8 +91,9 @@ class _StubFinder:
         pass
 
 
-def build_layer(shape, capacity_factor, dtype, seed):
-    """One RoutedMoE from MaxText's config system; returns (f(params, x) -> out, params)."""
+def build_layer(shape, capacity_factor, dtype, seed, sparse=False):
+    """One RoutedMoE from MaxText's config system; returns (f(params, x) -> out, params). sparse=True: MaxText's
+    sparse_matmul path without megablox (dropless: sort + jax.lax.ragged_dot inside shard_map)."""
     from flax import nnx
     from jax.sharding import Mesh
     import_maxtext()
@@ -103,7 +106,7 @@ def build_layer(shape, capacity_factor, dtype, seed):
     cfg = pyconfig.initialize(
         [None, os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")],
         run_name="jax_moe_ffi_bench", enable_checkpointing=False, model_name="default", dtype=name,
-        weight_dtype=name, megablox=False, sparse_matmul=False, capacity_factor=capacity_factor,
+        weight_dtype=name, megablox=False, sparse_matmul=sparse, capacity_factor=-1.0 if sparse else capacity_factor,
         num_experts=shape["experts"], num_experts_per_tok=shape["top_k"], base_emb_dim=shape["d_model"],
         base_moe_mlp_dim=shape["d_ff"], base_mlp_dim=shape["d_ff"], base_num_query_heads=2, base_num_kv_heads=2,
         head_dim=8, base_num_decoder_layers=1, max_target_length=shape["seq"], per_device_batch_size=shape["batch"],
@@ -130,7 +133,10 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--capacity-factor", type=float, default=1.25)
-    ap.add_argument("--variants", default="naive,ours_exact,ours")
+    ap.add_argument("--variants", default="naive,ours_exact,ours,sparse_ragged,sparse_ragged_ours",
+                    help="naive / ours_exact / ours: the dense_matmul (capacity) path as written / optimize(exact) / "
+                         "optimize(dropless); sparse_ragged / sparse_ragged_ours: MaxText's sparse_matmul path "
+                         "(jax.lax.ragged_dot) as written / through optimize (ragged_dot swapped, family 5)")
     args = ap.parse_args(argv)
     shape = TINY if args.tiny else QWEN3
     dtype = jnp.float32 if args.tiny else jnp.bfloat16
@@ -150,6 +156,10 @@ def main(argv=None):
         return loss
 
     variants = {"naive": f, "ours_exact": jmf.optimize(f, mode="exact"), "ours": jmf.optimize(f, mode="dropless")}
+    f_sparse, p_sparse = build_layer(shape, args.capacity_factor, dtype, 0, sparse=True)
+    if jax.tree.structure(p_sparse) != jax.tree.structure(p0):
+        raise RuntimeError("MaxText's sparse_matmul and dense_matmul layers have different parameter trees")
+    variants.update(sparse_ragged=f_sparse, sparse_ragged_ours=jmf.optimize(f_sparse))
     print(jmf.explain(make_loss(f), params0, xs[0]))
     opt = optax.adamw(1e-3)
     tokens = b * s
