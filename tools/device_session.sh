@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -123,6 +123,20 @@ if [[ ",$what," == *",streams,"* ]]; then
   log "per-stream busy time and overlap (runtime model, streams off/on)"
   timeout ${T_STREAMS:-200} python3 benchmarks/profile_streams.py ${STREAMS_ARGS:-} 2>&1 | tee -a "$OUT/profile_streams.log" | grep -v "^W1" | tail -6
   cp benchmarks/results/profile_streams*_h200.json "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",streamsdebug,"* ]]; then
+  # Why do annotated regions run on the main stream? (benchmarks/NOTES.md, session 4): the thunk sequence and
+  # async-thunk logs of the small streams check, then the stream profile with command buffers off.
+  log "streams debug: XLA dump + async thunk logs"
+  XLA_FLAGS="--xla_dump_to=$OUT/xla_dump --xla_dump_hlo_as_text" TF_CPP_MIN_LOG_LEVEL=0 \
+    TF_CPP_VMODULE=async_thunk=1,gpu_executable=2 timeout 150 python3 tools/stream_hlo_check.py \
+    > "$OUT/streams_debug.log" 2>&1
+  grep -i "additional compute stream\|Execute async\|stream_id" "$OUT/streams_debug.log" | head -20
+  ls "$OUT/xla_dump" | grep -i thunk | head; (cd "$OUT" && tar czf xla_dump.tgz xla_dump && rm -rf xla_dump)
+  log "stream profile with command buffers off"
+  XLA_FLAGS="--xla_gpu_enable_command_buffer=" timeout 200 python3 benchmarks/profile_streams.py \
+    --out profile_streams_nocmdbuf_h200 2>&1 | grep -v "^W1" | tail -4
+  cp benchmarks/results/profile_streams_nocmdbuf_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"
