@@ -152,7 +152,7 @@ def _gmm_acc_fwd(lhs, rhs, group_sizes, addend, transpose_rhs):
 
 
 def _gmm_acc_bwd(transpose_rhs, res, dout):
-    lhs, rhs, group_sizes = res
+    # out = addend + lhs . rhs: the product's gradients as in grouped_matmul, the addend's is dout itself
     dlhs, drhs, dgs = _gmm_bwd(transpose_rhs, dout.dtype, res, dout)
     return dlhs, drhs, dgs, dout
 
