@@ -86,7 +86,8 @@ class Report:
             for j, (a, w) in enumerate(s.shapes.get("gemms", []) if s.family != "ragged" else []):
                 lines.append(f"    gemm {j}: rows from {a} x expert weights {w}")
             lines.append(f"    FLOPs {_fmt(s.flops_before)} -> {_fmt(s.flops_after)} "
-                         f"({s.flops_ratio:.1f}x fewer); largest buffer {_fmt(s.bytes_before, 'B')} -> "
+                         + (f"({s.flops_ratio:.1f}x fewer)" if s.flops_after != s.flops_before else "(the same)")
+                         + f"; largest buffer {_fmt(s.bytes_before, 'B')} -> "
                          f"{_fmt(s.bytes_after, 'B')}")
             for n in s.notes:
                 lines.append(f"    note: {n}")
