@@ -201,7 +201,8 @@ def side_branches(plan, order):
     any site's output -- e.g. a shared expert, which runs beside the routed experts -- when they hold a
     dot_general (real work worth a stream). optimize(streams=True) evaluates them as one function on
     runtime.SHARED_EXPERT_STREAM just before the site, so XLA can overlap them with dispatch and the grouped
-    GEMMs. Nodes with effects, and structured nodes whose bodies hold sites, stay on the main stream."""
+    GEMMs. Nodes with effects, ragged_dots being swapped (family 5) and structured nodes whose bodies hold sites
+    stay on the main stream."""
     producer = {}
     for n in order:
         s = plan.site_at.get(n)
@@ -241,7 +242,7 @@ def side_branches(plan, order):
             continue
         from_tokens = descendants([s.primary])
         b = [n for n in order if n in from_tokens and n not in ancestors and n not in after_sites
-             and n not in plan.site_at and n not in taken and not n.effects
+             and n not in plan.site_at and n not in taken and not n.effects and n not in plan.ragged
              and not any(p.has_sites() for p in plan.subplans.get(n, []))]
         if any(n.name == "dot_general" or any(e.name == "dot_general" for e in getattr(n, "body", []) or [])
                for n in b):
