@@ -64,8 +64,6 @@ def main():
         t2 = run_n(fwd_bwd, args, 2 * n)
         marg.append((t2 - t1) / n)
     res["marginal_ms"] = float(np.median(marg)) * 1e3
-    res["per_trial_overhead_ms_est"] = float(np.median([run_n(fwd_bwd, args, n) for _ in range(3)])) * 1e3 \
-        - n * res["marginal_ms"]
     jax.block_until_ready(fwd_bwd(*args))
     enq = []
     outs = []
