@@ -172,6 +172,9 @@ def metadata(argv: list[str]) -> dict:
         "device": dev.device_kind,
         "python": sys.version.split()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        # tile / kernel overrides in effect (JAX_MOE_FFI_GEMM_TILES etc.): a run with them is an A/B run
+        "jmf_env": {k: v for k, v in sorted(os.environ.items())
+                    if k.startswith("JAX_MOE_FFI_") and k != "JAX_MOE_FFI_CUDA_LIB"},
     }
 
 

@@ -31,6 +31,7 @@ def main(argv=None):
     ap.add_argument("--cases", default="qwen3-30b-a3b")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default="", help="result name (default moe_layer_<machine>)")
+    ap.add_argument("--impls", default="naive,ours,ours_dropless", help="comma-separated variants to time")
     args = ap.parse_args(argv)
     shapes = _common.load_shapes()
     dtype = jnp.dtype(args.dtype)
@@ -48,6 +49,7 @@ def main(argv=None):
         naive = lambda p, x: models.capacity_moe(p, x, k, cf)
         variants = {"naive": naive, "ours": jmf.optimize(naive, mode="exact"),
                     "ours_dropless": jmf.optimize(naive, mode="dropless")}
+        variants = {n: v for n, v in variants.items() if n in args.impls.split(",")}
         print(jmf.explain(naive, params, x))
         ref = jax.jit(naive)(params, x)
         routed_flops = 2.0 * 3 * t * k * d * f  # the three expert GEMMs of the routed (token, expert) pairs

@@ -200,3 +200,26 @@ def test_shared_lhs_pair_at_qwen3_shape_matches_xla():
     ref = ragged_f32(c1, jnp.swapaxes(wg, 1, 2), gs) + ragged_f32(c2, jnp.swapaxes(wu, 1, 2), gs)
     assert rel(dl, ref) < 1e-2
     assert bool(jnp.all(dl[m - 1000:] == 0))
+
+
+# Shapes with more than 128 rows per group, so the 128-row tiles run (not the 64-row ones): N with an
+# odd number of 256-wide tiles (c1x1), an even number (c1x2), and a partial last tile; group sizes that
+# are not multiples of 128, so most groups have an odd tile count (a 2-CTA cluster along M would pad
+# them). Run once per JAX_MOE_FFI_GEMM_TILES value on the device (tools/device_session.sh tiletests).
+@pytest.mark.parametrize("n", [520, 768, 776, 2048])
+@pytest.mark.parametrize("tr", [False, True])
+def test_large_tile_configs_uneven_groups(n, tr):
+    rng = np.random.default_rng(n + tr)
+    m, k, g = 5000, 264, 7
+    total = m - 333
+    gs = sizes_for(rng, m, g, total, "skew")
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    rhs = jnp.asarray(rng.standard_normal((g, n, k) if tr else (g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    ref = ragged_f32(lhs, jnp.swapaxes(rhs, 1, 2) if tr else rhs, gs)
+    out = jax.jit(lambda a, b: jmf.grouped_matmul(a, b, gs, transpose_rhs=tr))(lhs, rhs)
+    assert bool(jnp.all(out[total:] == 0)), "rows past the total must be zero"
+    assert rel(out, ref) < 1e-2
+    addend = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    acc = jax.jit(lambda a, b, c: jmf.grouped_matmul_acc(a, b, gs, c, transpose_rhs=tr))(lhs, rhs, addend)
+    assert rel(acc, ref + addend.astype(jnp.float32)) < 1e-2
+    assert bool(jnp.all(acc[total:] == addend[total:]))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train>" [bench args]
 # Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -99,6 +99,28 @@ if [[ ",$what," == *",sweep,"* ]]; then
       ${SWEEP_ARGS:-} 2>&1 | grep "ours_fp8 " | tail -12
   done
   cp benchmarks/results/sweep_*_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",tiletests,"* ]]; then
+  # Correctness of each forward / dgrad tile config (the env is read once per process: one pytest each).
+  for tiles in ${TILETEST_LIST:-c1x1 c1x2 pp128 c2x1}; do
+    log "GPU tests, JAX_MOE_FFI_GEMM_TILES=$tiles"
+    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILETESTS:-90} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider \
+      tests/test_gpu_grouped_gemm.py -k "large_tile" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2
+  done
+fi
+if [[ ",$what," == *",tiles,"* ]]; then
+  # Forward / dgrad tile configs (JAX_MOE_FFI_GEMM_TILES): grouped GEMM forward, then the MoE layer.
+  for tiles in ${TILES_LIST:-c2x1 c1x1 c1x2 pp128}; do
+    log "bf16 grouped GEMM, tiles=$tiles"
+    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILES:-100} python3 benchmarks/grouped_gemm.py --skip xla_ragged_dot,tokamax,dense,copy \
+      --no-torch --passes ${TILES_PASSES:-fwd} --out tiles_bf16_${tiles}_h200 ${TILES_ARGS:-} 2>&1 | grep " ours " | tail -20
+  done
+  for tiles in ${MOE_TILES_LIST:-c2x1 auto pp128}; do
+    log "MoE layer, tiles=$tiles"
+    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_MOETILES:-120} python3 benchmarks/moe_layer.py --impls ours \
+      --out moe_layer_tiles_${tiles}_h200 2>&1 | grep " ms " | tail -4
+  done
+  cp benchmarks/results/tiles_bf16_*_h200.* benchmarks/results/moe_layer_tiles_*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",maxtext,"* ]]; then
   # MaxText is not on the H200 image: carry its wheels in .whl-models (see benchmarks/NOTES.md).

@@ -31,22 +31,31 @@ using GroupShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 
 // --- Tile / schedule configurations ---------------------------------------------------------
 //
-// Large: cooperative (both consumer warp groups share one 128x256 tile), 2x1 cluster so that the
-// two CTAs of a cluster share (TMA-multicast) the B tile. This is the config that saturates
-// H100/H200 tensor cores on large problems; it is the default for every op.
+// A note on clusters. CUTLASS's grouped tile scheduler rounds every group's tile grid up to the
+// cluster shape. Along the ragged dimension (M of the forward / dgrad: the rows of one expert) a
+// cluster of 2 therefore turns a group of 5 row tiles into 6, computed on TMA-zero-filled rows: with
+// routed (uneven) group sizes that costs a 128-row tile on half the groups, on top of the partial last
+// tile every ragged group has anyway. So forward / dgrad clusters are along N (static) or 1x1, never
+// along M. The wgrad's M is K (static), so its 2x1 cluster costs nothing.
+
+// Large: cooperative (both consumer warp groups share one 128x256 tile). The cluster shares (TMA
+// multicast) the A tile between the two CTAs that compute neighbouring N tiles of the same rows.
+// ClusterN = 2 is used when N has an even number of 256-wide tiles, else 1 (rounding N up would waste
+// a tile column). The 2x1 form is kept for the wgrad (static M) and for A/B timing.
+template <int ClusterM, int ClusterN>
 struct CoopConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-  static constexpr const char* kName = "coop_128x256x64_c2x1";
+  static constexpr const char* kName = ClusterM == 2   ? "coop_128x256x64_c2x1"
+                                       : ClusterN == 2 ? "coop_128x256x64_c1x2"
+                                                       : "coop_128x256x64_c1x1";
 };
 
 // Small: ping-pong (the two consumer warp groups alternate tiles, so one's epilogue overlaps the
 // other's mainloop) with 64-row tiles: used by the forward / dgrad when groups are short
-// (average rows per group <= 128), where a 128-row tile would be mostly padding. The cluster is
-// along N (1x2): the scheduler rounds each group's tile grid up to the cluster shape, and short
-// groups have 1 tile along M but many along N, so a 2x1 cluster would idle half the CTAs.
+// (average rows per group <= 128), where a 128-row tile would be mostly padding. Cluster along N.
 struct PingpongConfig {
   using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
@@ -55,16 +64,19 @@ struct PingpongConfig {
   static constexpr const char* kName = "pingpong_64x128x128_c1x2";
 };
 
-// Wgrad default: ping-pong with 128x128 tiles. The wgrad contraction is over the rows of one group
-// (m_g, typically a few hundred), so each tile has a short mainloop and a comparatively large
-// epilogue (a K x N slab of f32/bf16 output); ping-pong hides one warp group's epilogue behind
-// the other's mainloop, which the cooperative schedule cannot.
+// Ping-pong with 128x128 tiles. Wgrad default (2x1: its M is K, static): the wgrad contraction is over
+// the rows of one group (m_g, typically a few hundred), so each tile has a short mainloop and a
+// comparatively large epilogue (a K x N slab of output); ping-pong hides one warp group's epilogue
+// behind the other's mainloop, which the cooperative schedule cannot. The 1x2 form is a forward /
+// dgrad option for short contractions (K = 768: 12 k-tiles per output tile).
+template <int ClusterM, int ClusterN>
 struct Pingpong128Config {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  static constexpr const char* kName = "pingpong_128x128x64_c2x1";
+  static constexpr const char* kName =
+      ClusterM == 2 ? "pingpong_128x128x64_c2x1" : "pingpong_128x128x64_c1x2";
 };
 
 // --- Kernel assembly ----------------------------------------------------------------------

@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <type_traits>
 #include <string>
 
 #include "common/ffi_helpers.h"
@@ -225,32 +227,82 @@ using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 
 // Environment overrides, read once (for benchmarking / tuning on the target machine):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small   forward and dgrad
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small | c1x1 | c1x2 | c2x1 | pp128
+//                             forward and dgrad, plain and accumulate forms
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop         wgrad
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-bool UseSmallTiles(const GemmCall& c) {
-  static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
-  if (choice == "large") return false;
-  if (choice == "small") return true;
-  // Host-side guess from static shapes only: average rows per group (an upper bound, as the
-  // sizes may sum to less than M). Short groups waste most of a 128-row tile.
-  return c.m <= 128 * c.g;
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128 };
+
+// Host-side choice from static shapes only (the group sizes stay on the device).
+Tiles AutoTiles(const GemmCall& c) {
+  // Average rows per group (an upper bound, as the sizes may sum to less than M): short groups
+  // waste most of a 128-row tile.
+  if (c.m <= 128 * c.g) return Tiles::kSmall;
+  // A 1x2 cluster needs an even number of 256-wide N tiles, else the scheduler pads a tile column.
+  return CeilDiv(c.n, int64_t{256}) % 2 == 0 ? Tiles::kCoopC1x2 : Tiles::kCoopC1x1;
 }
 
-// JAX_MOE_FFI_ACC_TILES = coop (default) | pingpong: the accumulate form's large-tile config. Its
-// epilogue also reads C; ping-pong overlaps one warp group's epilogue with the other's mainloop.
-bool UsePingpongAcc() {
-  static const bool pp = std::string(EnvOr("JAX_MOE_FFI_ACC_TILES", "coop")) == "pingpong";
-  return pp;
+Tiles ChooseTiles(const GemmCall& c) {
+  static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+  if (choice == "small") return Tiles::kSmall;
+  if (choice == "c1x1") return Tiles::kCoopC1x1;
+  if (choice == "c1x2") return Tiles::kCoopC1x2;
+  if (choice == "c2x1") return Tiles::kCoopC2x1;
+  if (choice == "pp128") return Tiles::kPingpong128;
+  if (choice == "large") {
+    const Tiles t = AutoTiles(c);
+    return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
+  }
+  return AutoTiles(c);
 }
 
 bool UseCoopWgrad() {
   static const bool coop = std::string(EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong")) == "coop";
   return coop;
+}
+
+// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
+// (c2x1: the old default; pp128) are compiled for bf16 -> bf16 only, to bound the build time;
+// other dtypes say so once and use the automatic choice.
+template <bool Acc, class TIn, class TOut, class LayoutB>
+ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
+                          const DeviceInfo& dev) {
+  Tiles tiles = ChooseTiles(c);
+  constexpr bool kAbConfigs =
+      std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
+  if constexpr (kAbConfigs) {
+    if (tiles == Tiles::kCoopC2x1)
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
+          stream, ws, c, dev);
+    if (tiles == Tiles::kPingpong128)
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Pingpong128Config<1, 2>, Acc>>(
+          stream, ws, c, dev);
+  } else {
+    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128) {
+      static bool warned = false;
+      if (!warned) {
+        warned = true;
+        std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_GEMM_TILES=c2x1/pp128 is compiled for bf16 -> bf16 "
+                             "only; other dtypes use the automatic tile choice\n");
+      }
+      tiles = AutoTiles(c);
+    }
+  }
+  switch (tiles) {
+    case Tiles::kSmall:
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, PingpongConfig, Acc>>(
+          stream, ws, c, dev);
+    case Tiles::kCoopC1x1:
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
+          stream, ws, c, dev);
+    default:
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
+          stream, ws, c, dev);
+  }
 }
 
 // Acc: the accumulate form (D = acc + C); each translation unit instantiates one value, so the plain
@@ -263,33 +315,15 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
   }
   switch (c.op) {
     case Op::kForward:
-      if constexpr (Acc) {
-        if (!UseSmallTiles(c) && UsePingpongAcc())
-          return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, Pingpong128Config, Acc>>(
-              stream, ws, c, dev);
-      }
-      if (UseSmallTiles(c))
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, PingpongConfig, Acc>>(
-            stream, ws, c, dev);
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, RowMajor, CoopConfig, Acc>>(
-          stream, ws, c, dev);
+      return RunForwardLike<Acc, TIn, TOut, RowMajor>(stream, ws, c, dev);
     case Op::kDgrad:
-      if constexpr (Acc) {
-        if (!UseSmallTiles(c) && UsePingpongAcc())
-          return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, Pingpong128Config, Acc>>(
-              stream, ws, c, dev);
-      }
-      if (UseSmallTiles(c))
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, PingpongConfig, Acc>>(
-            stream, ws, c, dev);
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, ColMajor, CoopConfig, Acc>>(
-          stream, ws, c, dev);
+      return RunForwardLike<Acc, TIn, TOut, ColMajor>(stream, ws, c, dev);
     case Op::kWgrad:
       if constexpr (!Acc) {
         if (UseCoopWgrad())
-          return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig>>(
+          return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig<2, 1>>>(
               stream, ws, c, dev);
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config>>(
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 1>>>(
             stream, ws, c, dev);
       }
       break;  // no accumulate form of the wgrad
