@@ -2,7 +2,7 @@
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
 # Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train>" [bench args]
-# Per-step arguments and time limits: FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
+# Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -27,7 +27,7 @@ fi
 python3 -c "import jax_moe_ffi as j; print('cuda targets', j._registry.cuda_targets, j._registry.cuda_load_error)"
 if [[ ",$what," == *",tests,"* ]]; then
   log "GPU tests"
-  timeout ${T_TESTS:-480} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider --timeout 60 --durations=12 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout ${T_TESTS:-480} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider --timeout 60 --durations=12 ${GPU_TESTS:-tests} ${GPU_K:+-k "$GPU_K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
 if [[ ",$what," == *",sanitize,"* ]]; then
   log "compute-sanitizer"
