@@ -133,6 +133,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--out", default="", help="result name (default train_step_maxtext_<machine>)")
     ap.add_argument("--variants", default="naive,ours_exact,ours,sparse_ragged,sparse_ragged_ours",
                     help="naive / ours_exact / ours: the dense_matmul (capacity) path as written / optimize(exact) / "
                          "optimize(dropless); sparse_ragged / sparse_ragged_ours: MaxText's sparse_matmul path "
@@ -182,7 +183,7 @@ def main(argv=None):
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/train_step_maxtext.py"] + argv)
     meta.update(stubbed_modules=STUBBED_MODULES, shape=shape, dtype=jnp.dtype(dtype).name, layers=args.layers, capacity_factor=args.capacity_factor,
                 flops="routed expert GEMMs only (3 per layer, forward + backward), no padding")
-    path = _common.write_results(f"train_step_maxtext_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""),
+    path = _common.write_results(args.out or f"train_step_maxtext_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""),
                                  meta, rows, "tflops", "MaxText RoutedMoE stack, training step (routed TFLOP/s)")
     print(f"wrote {path}")
 

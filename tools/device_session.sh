@@ -129,7 +129,7 @@ if [[ ",$what," == *",maxtext,"* ]]; then
     .whl-models/*.whl > "$OUT/maxtext_install.log" 2>&1 || tail -5 "$OUT/maxtext_install.log"
   timeout ${T_MAXTEXT:-300} python3 benchmarks/train_step_maxtext.py ${MAXTEXT_ARGS:-} 2>&1 \
     | tee "$OUT/train_step_maxtext.log" | grep -v "^W1" | tail -15
-  cp benchmarks/results/train_step_maxtext_h200.* "$OUT/" 2>/dev/null
+  cp benchmarks/results/train_step_maxtext*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
@@ -151,12 +151,12 @@ if [[ ",$what," == *",streamsdebug,"* ]]; then
   # async-thunk logs of the small streams check, then the stream profile with command buffers off.
   log "streams debug: XLA dump + async thunk logs"
   XLA_FLAGS="--xla_dump_to=$OUT/xla_dump --xla_dump_hlo_as_text" TF_CPP_MIN_LOG_LEVEL=0 \
-    TF_CPP_VMODULE=async_thunk=1,gpu_executable=2 timeout 150 python3 tools/stream_hlo_check.py \
+    TF_CPP_VMODULE=async_thunk=1,gpu_executable=2 timeout ${T_SDUMP:-150} python3 tools/stream_hlo_check.py \
     > "$OUT/streams_debug.log" 2>&1
   grep -i "additional compute stream\|Execute async\|stream_id" "$OUT/streams_debug.log" | head -20
   ls "$OUT/xla_dump" | grep -i thunk | head; (cd "$OUT" && tar czf xla_dump.tgz xla_dump && rm -rf xla_dump)
   log "stream profile with command buffers off"
-  XLA_FLAGS="--xla_gpu_enable_command_buffer=" timeout 200 python3 benchmarks/profile_streams.py \
+  XLA_FLAGS="--xla_gpu_enable_command_buffer=" timeout ${T_SPROF:-200} python3 benchmarks/profile_streams.py \
     --out profile_streams_nocmdbuf_h200 2>&1 | grep -v "^W1" | tail -4
   cp benchmarks/results/profile_streams_nocmdbuf_h200.json "$OUT/" 2>/dev/null
 fi
