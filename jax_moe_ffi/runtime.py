@@ -110,6 +110,13 @@ def _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_
         flags += [("xla_gpu_enable_while_loop_double_buffering", _T)]
     if pipelined_host_offload:  # opt-in upstream: prefetch offloaded residuals one loop iteration ahead
         flags += [("xla_gpu_enable_pipelined_host_offloading", _T)]
+    if command_buffer is None and multistream:
+        # XLA folds an annotated start..done region whose thunks are all command-buffer compatible (our FFI
+        # handlers are) into one CUDA graph on the main stream. On the H200 (JAX 0.11.2) the annotated calls
+        # ran on stream 0 with command buffers on and on their own streams with them off
+        # (benchmarks/results/profile_streams_nocmdbuf_h200.json): so multistream turns CUDA graphs off
+        # unless command_buffer is given.
+        command_buffer = ""
     if command_buffer is not None:  # e.g. "FUSION,CUSTOM_CALL", or "" to turn CUDA graphs off
         flags += [("xla_gpu_enable_command_buffer", command_buffer)]
     return flags

@@ -49,6 +49,14 @@ def _jaxlib_binary_names():
     return found
 
 
+def test_multistream_turns_command_buffers_off_unless_given():
+    # Annotated async regions are folded into a CUDA graph on the main stream when command buffers are on.
+    assert "--xla_gpu_enable_command_buffer=" in rt.xla_flags(multistream=True)
+    assert not any("command_buffer" in f for f in rt.xla_flags(multistream=False))
+    given = rt.xla_flags(multistream=True, command_buffer="FUSION")
+    assert [f for f in given if "command_buffer" in f] == ["--xla_gpu_enable_command_buffer=FUSION"]
+
+
 def test_every_flag_is_in_the_installed_jaxlib():
     flags = rt.xla_flags(**ALL_OPTIONS, strict=True)
     names = [f[2:].split("=", 1)[0].encode() for f in flags]

@@ -67,7 +67,7 @@ fi
 if [[ ",$what," == *",moeflags,"* ]]; then
   flags="${MOE_XLA_FLAGS:---xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1}"
   log "benchmark MoE layer with XLA_FLAGS=$flags"
-  XLA_FLAGS="$flags" timeout 300 python3 benchmarks/moe_layer.py --out moe_layer_flags_h200 2>&1 | tee "$OUT/moe_layer_flags.log" | grep "ms " | tail -8
+  XLA_FLAGS="$flags" timeout 300 python3 benchmarks/moe_layer.py --out moe_layer_flags_h200 ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe_layer_flags.log" | grep "ms " | tail -8
   cp benchmarks/results/moe_layer_flags_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",profile,"* ]]; then
