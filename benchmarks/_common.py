@@ -199,7 +199,19 @@ def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title
         {k for r in rows for k in r} - {"case", "impl", "pass", "groups", "ms", value_key})
     lines = [f"# {title}", "", f"Command: `{meta['command']}`  ", f"Commit: `{meta['git_commit']}`  ",
              f"Device: {meta['device']} ({meta['backend']}), jax {meta['jax']}, jaxlib {meta['jaxlib']}, "
-             f"{meta['date']}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+             f"{meta['date']}"]
+    # settings that change what was measured: say them next to the command
+    if meta.get("xla_flags"):
+        lines[-1] += "  "
+        lines.append(f"XLA_FLAGS: `{meta['xla_flags']}`")
+    if meta.get("jmf_env"):
+        lines[-1] += "  "
+        lines.append("Environment: " + ", ".join(f"`{k}={v}`" for k, v in meta["jmf_env"].items()))
+    for key in ("note", "partial"):
+        if meta.get(key):
+            lines[-1] += "  "
+            lines.append(f"{key.capitalize()}: {meta[key]}")
+    lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -105,8 +105,10 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
       `.offload_policy` (runtime.offload_policy) to use as `jax.checkpoint(layer, policy=...)`.
     streams: run the combine, and any side branch beside a site (computed from its tokens, neither feeding nor
       using a site: a shared expert), under GPU stream annotations (runtime.on_stream); XLA reads them with
-      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts (on the H200 with jaxlib 0.11.2 the
-      kernels still ran on one stream: see README "Streams").
+      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts, which also turns XLA's command
+      buffers off (with them on, XLA folds the annotated regions into one CUDA graph on the main stream). On
+      the H200 (jaxlib 0.11.2) the regions then ran on their own streams, with no step-time gain measured:
+      see README "Streams".
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     _check_opts(mode, recipe, offload, streams)
@@ -198,9 +200,9 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                   f"{', '.join(str(sum(n.name == 'dot_general' for n in b)) + ' dot(s) in ' + str(len(b)) + ' op(s)' for b in side)}) "
                   "on stream 1") if side else "; no side branch (shared expert) found"
         notes.append("streams=True: combine under a GPU stream annotation (runtime.on_stream, stream 2)" + shared
-                     + ". XLA (jaxlib 0.11.2, runtime.apply_xla_flags()) makes these async calls, but on the H200 every "
-                       "kernel still ran on one stream and no gain was measured (benchmarks/results/runtime_h200.md, "
-                       "profile_streams_h200.json)")
+                     + ". XLA (jaxlib 0.11.2, runtime.apply_xla_flags(), which turns command buffers off) runs them "
+                       "on their own streams; on the H200 they overlapped but no step-time gain was measured "
+                       "(benchmarks/results/runtime_h200.md, profile_streams_nocmdbuf_h200.json)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
 
