@@ -85,7 +85,8 @@ def test_streams_in_scanned_grad_leave_one_annotated_call_per_region():
         annotated = [l for l in text.splitlines() if "_xla_stream_annotation" in l]
         if runtime.streams_supported():
             assert annotated
-        assert all(re.search(r"= call @compute_on[\w.$-]*\(", l) for l in annotated), annotated
+        # `call` or `func.call` (JAX 0.12 prints the generic form inside while bodies): the same op
+        assert all(re.search(r"= (func\.)?call @compute_on[\w.$-]*\(", l) for l in annotated), annotated
     comps = _hlo_computations(lowered.compile().as_text())
     calls = [(c, l) for c, ls in comps.items() for l in ls
              if "_xla_stream_annotation" in l and " get-tuple-element(" not in l]
