@@ -1,5 +1,7 @@
-"""keras-hub with the JAX backend: MixtralSparseMoeBlock, Qwen3SparseMoeBlock and whole MixtralBackbone /
-Qwen3MoeBackbone (tiny random configs, no weights downloaded) through `optimize`/`explain`.
+"""keras-hub with the JAX backend: the sparse MoE blocks of Mixtral, Qwen3-MoE, Qwen-MoE (Qwen1.5/2: fused
+gate/up weight, shared expert with a sigmoid gate), Qwen3.5-MoE and GPT-OSS (interleaved gate/up columns, expert
+biases, clamps, a custom GLU), and whole MixtralBackbone / Qwen3MoeBackbone / QwenMoeBackbone / GptOssBackbone
+(tiny random configs, no weights downloaded) through `optimize`/`explain`.
 
 Each layer is called functionally: `layer.stateless_call(trainable, non_trainable, x)` is a pure function of
 (weights, inputs), which is what `optimize` rewrites. float32; fresh random weights and inputs each run
@@ -24,6 +26,13 @@ assert keras.backend.backend() == "jax", "set KERAS_BACKEND=jax before keras is 
 from keras_hub.models import MixtralBackbone, Qwen3MoeBackbone  # noqa: E402
 from keras_hub.src.models.mixtral.mixtral_decoder import MixtralSparseMoeBlock  # noqa: E402
 from keras_hub.src.models.qwen3_moe.qwen3_moe_decoder import Qwen3SparseMoeBlock  # noqa: E402
+
+# Added after the pass was written (keras-hub 0.32.0, pinned by .ci/models.sh): MoE code the matcher had not
+# been shown.
+from keras_hub.models import GptOssBackbone, QwenMoeBackbone  # noqa: E402
+from keras_hub.src.models.gpt_oss.gpt_oss_decoder import GptOssSparseMoeBlock  # noqa: E402
+from keras_hub.src.models.qwen3_5_moe.qwen3_5_moe_decoder import Qwen3_5MoeSparseMoeBlock  # noqa: E402
+from keras_hub.src.models.qwen_moe.qwen_moe_decoder import QwenSparseMoeBlock  # noqa: E402
 
 pytestmark = pytest.mark.models
 
@@ -50,6 +59,17 @@ BLOCKS = [
                                                     norm_top_k_prob=True, dtype="float32"), 2),
     ("qwen3_k4_no_norm", lambda: Qwen3SparseMoeBlock(hidden_dim=D, moe_intermediate_dim=F, num_experts=E, top_k=4,
                                                      norm_top_k_prob=False, dtype="float32"), 4),
+    # fused [E, D, 2F] gate/up weight split in halves; shared expert scaled by sigmoid(x W_g) beside the site
+    ("qwen_moe_shared_expert", lambda: QwenSparseMoeBlock(
+        hidden_dim=D, moe_intermediate_dim=F, shared_expert_intermediate_dim=24, num_experts=E, top_k=2,
+        norm_top_k_prob=False, dtype="float32"), 2),
+    ("qwen3_5_moe_shared_expert", lambda: Qwen3_5MoeSparseMoeBlock(
+        hidden_dim=D, moe_intermediate_dim=F, shared_expert_intermediate_size=24, num_experts=E, top_k=4,
+        dtype="float32"), 4),
+    # gate = columns 0::2, up = 1::2 of one GEMM, expert biases, clamps, gate * sigmoid(1.702 gate) * (up + 1);
+    # router: top_k of the logits, then softmax over the k
+    ("gpt_oss", lambda: GptOssSparseMoeBlock(hidden_dim=D, intermediate_dim=F, num_experts=E, top_k=2,
+                                             dtype="float32"), 2),
 ]
 
 
@@ -106,6 +126,12 @@ BACKBONES = [
     ("qwen3_moe_defaults_k4", lambda: Qwen3MoeBackbone(
         vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D, intermediate_dim=48,
         moe_intermediate_dim=F, num_experts=E, dtype="float32"), 2, 4),
+    ("qwen_moe_2_layers_shared_expert", lambda: QwenMoeBackbone(
+        vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D, intermediate_dim=48,
+        moe_intermediate_dim=F, shared_expert_intermediate_dim=24, num_experts=E, top_k=2, dtype="float32"), 2, 2),
+    ("gpt_oss_2_layers", lambda: GptOssBackbone(
+        vocabulary_size=64, num_layers=2, num_query_heads=4, hidden_dim=D, intermediate_dim=F, num_key_value_heads=2,
+        num_experts=E, top_k=2, sliding_window=8, dtype="float32"), 2, 2),
 ]
 
 
