@@ -29,7 +29,7 @@ rm -rf "$venv" "$build"
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
-# jax/jaxlib pinned for every install below (the pass does not run on jax 0.12 yet; MaxText 0.2.5 wants >= 0.11.1)
+# jax/jaxlib pinned for every install below (the H200 runs 0.11.2; MaxText 0.2.5 wants >= 0.11.1)
 export PIP_CONSTRAINT="$PWD/tests/models/constraints.txt"
 stamp "venv ($(python --version))"
 
