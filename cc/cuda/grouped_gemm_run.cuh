@@ -246,8 +246,17 @@ Tiles AutoTiles(const GemmCall& c) {
   return CeilDiv(c.n, int64_t{256}) % 2 == 0 ? Tiles::kCoopC1x2 : Tiles::kCoopC1x1;
 }
 
+// Once per process, on stderr: an override that is not taken as given (no silent fallback).
+void SayOnce(bool* said, const char* msg) {
+  if (!*said) {
+    *said = true;
+    std::fprintf(stderr, "jax_moe_ffi: %s\n", msg);
+  }
+}
+
 Tiles ChooseTiles(const GemmCall& c) {
   static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+  static bool said_unknown = false;
   if (choice == "small") return Tiles::kSmall;
   if (choice == "c1x1") return Tiles::kCoopC1x1;
   if (choice == "c1x2") return Tiles::kCoopC1x2;
@@ -257,12 +266,22 @@ Tiles ChooseTiles(const GemmCall& c) {
     const Tiles t = AutoTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
+  if (choice != "auto") {
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|large|small|c1x1|c1x2|c2x1|pp128; "
+                           "unknown value ignored, using auto");
+  }
   return AutoTiles(c);
 }
 
+bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
+
 bool UseCoopWgrad() {
-  static const bool coop = std::string(EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong")) == "coop";
-  return coop;
+  static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
+  static bool said = false;
+  if (choice != "coop" && choice != "pingpong") {
+    SayOnce(&said, "JAX_MOE_FFI_WGRAD_TILES must be pingpong|coop; unknown value ignored, using pingpong");
+  }
+  return choice == "coop";
 }
 
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
@@ -283,12 +302,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
           stream, ws, c, dev);
   } else {
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128) {
-      static bool warned = false;
-      if (!warned) {
-        warned = true;
-        std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_GEMM_TILES=c2x1/pp128 is compiled for bf16 -> bf16 "
-                             "only; other dtypes use the automatic tile choice\n");
-      }
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128 is compiled for bf16 -> bf16 only; "
+                              "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }
   }
