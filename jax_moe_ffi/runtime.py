@@ -129,6 +129,8 @@ def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collecti
 
     A flag name missing from the installed binaries (stale for this version) is dropped with a warning, or
     raises ``ValueError`` when ``strict``. ``extra`` adds ``{name: value}`` flags, checked the same way.
+    ``multistream=True`` also turns XLA's command buffers (CUDA graphs) off unless ``command_buffer`` is given:
+    with them on, the stream-annotated regions ran inside one CUDA graph on the main stream (H200, jaxlib 0.11.2).
     """
     table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
                         pipelined_host_offload, command_buffer)

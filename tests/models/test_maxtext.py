@@ -36,8 +36,9 @@ T = B * S
 BASE_YML = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
 
 
-def build(seed, **overrides):
-    """A RoutedMoE from MaxText's config system; returns (f(params, x) -> output, params, config)."""
+def build(seed, shared=False, **overrides):
+    """A RoutedMoE (shared=True: RoutedAndSharedMoE, routed experts plus a shared MLP beside them) from MaxText's
+    config system; returns (f(params, x) -> output, params, config)."""
     kw = dict(run_name="jax_moe_ffi_models", enable_checkpointing=False, model_name="default", dtype="float32",
               weight_dtype="float32", matmul_precision="highest", megablox=False, sparse_matmul=False,
               capacity_factor=-1.0, num_experts=E, num_experts_per_tok=2, base_emb_dim=D, base_moe_mlp_dim=F,
@@ -46,10 +47,15 @@ def build(seed, **overrides):
     kw.update(overrides)
     cfg = pyconfig.initialize([None, BASE_YML], **kw)
     mesh = Mesh(maxtext_utils.create_device_mesh(cfg), cfg.mesh_axes)
-    layer = moe.RoutedMoE(config=cfg, num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
-                          mesh=mesh, kernel_init=nd_dense_init(1.0, "fan_in", "truncated_normal"),
-                          kernel_axes=("embed", "mlp"), intermediate_dim=F, dtype=jnp.float32,
-                          weight_dtype=jnp.float32, rngs=nnx.Rngs(params=seed))
+    if shared:
+        layer = moe.RoutedAndSharedMoE(config=cfg, mesh=mesh, kernel_init=nd_dense_init(1.0, "fan_in", "truncated_normal"),
+                                       kernel_axes=("embed", "mlp"), rngs=nnx.Rngs(params=seed),
+                                       weight_dtype=jnp.float32, dtype=jnp.float32)
+    else:
+        layer = moe.RoutedMoE(config=cfg, num_experts=cfg.num_experts, num_experts_per_tok=cfg.num_experts_per_tok,
+                              mesh=mesh, kernel_init=nd_dense_init(1.0, "fan_in", "truncated_normal"),
+                              kernel_axes=("embed", "mlp"), intermediate_dim=F, dtype=jnp.float32,
+                              weight_dtype=jnp.float32, rngs=nnx.Rngs(params=seed))
     graphdef, params, rest = nnx.split(layer, nnx.Param, ...)
 
     def f(params, x):
@@ -97,6 +103,11 @@ DROPLESS = [
                                     mlp_activations_limit=0.5)),
     ("gpt_oss_block_bias_clamp", dict(decoder_block="gpt_oss", mlp_bias=True, mlp_activations_limit=7.0)),
     ("llama4_block_top1_input_scaling", dict(decoder_block="llama4", num_experts_per_tok=1)),
+    # DeepSeek-V3 routing: sigmoid scores plus a routing-only bias, top-2 of 4 expert groups (each group scored
+    # by the sum of its top 2), top-k within them, renormalised and scaled
+    ("deepseek_v3_group_limited_bias_scaled", dict(
+        decoder_block="deepseek", routed_score_func="sigmoid", routed_bias=True, n_routing_groups=4,
+        topk_routing_group=2, norm_topk_prob=True, routed_scaling_factor=2.5)),
 ]
 
 
@@ -210,3 +221,25 @@ def test_capacity_path_under_jit_scan_and_remat():
     C.check_model("maxtext.RoutedMoE capacity x2 under scan+remat", decoder, (stacked, x), expected_sites=1,
                   family="capacity", E=E, k=2, capacity=maxtext_capacity(cfg),
                   dense_dot_floor=E * B * maxtext_capacity(cfg) * min(D, F), loss_argnums=(0, 1), seed_=seed)
+
+
+@pytest.mark.parametrize("cf", [-1.0, 1.0], ids=["dropless", "cf1.0"])
+def test_routed_and_shared_moe(cf):
+    """MaxText's RoutedAndSharedMoE (DeepSeek-style: routed experts + a shared MLP on every token, summed): the
+    routed part is the one site, the shared MLP is left as it is (and, with streams=True, placed beside it)."""
+    seed = C.seed()
+    over = dict(decoder_block="deepseek", routed_score_func="sigmoid", shared_experts=1, capacity_factor=cf)
+    f, p, cfg = build(seed, shared=True, **over)
+    x = _x(seed)
+    r = explain(f, p, x)
+    assert len(r.sites) == 1, str(r)
+    assert any("1 side branch" in n for n in r.notes), str(r)  # the shared MLP found beside the site
+    if cf > 0:
+        cap = maxtext_capacity(cfg)
+        C.check_model("maxtext.RoutedAndSharedMoE dense_matmul capacity", f, (p, x), expected_sites=1,
+                      family="capacity", E=E, k=cfg.num_experts_per_tok, capacity=cap,
+                      dense_dot_floor=E * B * cap * min(D, F), loss_argnums=(0, 1), seed_=seed)
+    else:
+        C.check_model("maxtext.RoutedAndSharedMoE dense_matmul dropless", f, (p, x), expected_sites=1,
+                      family="dense", E=E, k=cfg.num_experts_per_tok, dense_dot_floor=E * T * min(D, F),
+                      loss_argnums=(0, 1), seed_=seed)
