@@ -2,6 +2,7 @@
 import re
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 import jax_moe_ffi as jmf
@@ -141,3 +142,28 @@ def test_streams_place_the_shared_expert_on_its_own_stream():
     assert body.count("stablehlo.dot_general") == 2
     off_text = runtime.lowered_text(jax.jit(jmf.optimize(fn, streams=False)), p, x, platform="cuda")
     assert "_xla_stream_annotation" not in off_text
+
+
+def test_shared_expert_on_3d_tokens_beside_a_site_that_flattens_them():
+    # MaxText's RoutedAndSharedMoE shape: the routed part reads x [B, S, D] reshaped to [B*S, D], the shared expert
+    # reads x [B, S, D] itself. Two things must hold: the shared expert's dot over the 3-D function input is not
+    # reported as an expert-stacked near-miss (it has no axis of the router's size), and it is found as a side
+    # branch (through the reshape) and placed on the shared-expert stream.
+    from jax_moe_ffi import models
+    fn2, p, x2 = _shared_expert_problem(seed=int(np.random.SeedSequence().entropy % 1000))
+    b, s = 4, x2.shape[0] // 4
+    x = x2.reshape(b, s, -1)
+
+    def fn(p, x):
+        routed = models.dense_moe(p, x.reshape(-1, x.shape[-1]), 2).reshape(x.shape)
+        shared = jax.nn.silu(jnp.einsum("bsd,df->bsf", x, p["shared_up"])) @ p["shared_down"]
+        return routed + shared
+
+    r = jmf.explain(fn, p, x)
+    assert len(r.sites) == 1 and not r.misses, str(r)
+    assert any("1 side branch" in n for n in r.notes), str(r)
+    on = jmf.optimize(fn, streams=True)
+    assert _rel(on(p, x), fn(p, x)) < 1e-5
+    if runtime.streams_supported():
+        text = runtime.lowered_text(jax.jit(on), p, x, platform="cuda")
+        assert text.count(f'_xla_stream_annotation = "{runtime.SHARED_EXPERT_STREAM}"') == 1

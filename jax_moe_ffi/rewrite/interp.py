@@ -196,6 +196,11 @@ def run(plan, args):
     return [read(v) for v in prog.outvars]
 
 
+# Ops that change only an array's layout, dtype or annotations: the tokens before and after are the same tokens.
+_LAYOUT_OPS = {"reshape", "convert_element_type", "squeeze", "expand_dims", "copy", "copy_p", "name",
+               "sharding_constraint", "transpose"}
+
+
 def side_branches(plan, order):
     """Per site node: the nodes of `order` that compute from the site's tokens but neither feed any site nor use
     any site's output -- e.g. a shared expert, which runs beside the routed experts -- when they hold a
@@ -240,7 +245,13 @@ def side_branches(plan, order):
         s = plan.site_at[sn]
         if s.primary is None:
             continue
-        from_tokens = descendants([s.primary])
+        # the tokens as the model holds them: a site may read a reshaped / cast copy (e.g. [B*S, D]) while a
+        # shared expert reads the original [B, S, D]
+        tokens = [s.primary]
+        while tokens[-1] in producer and producer[tokens[-1]].name in _LAYOUT_OPS and producer[tokens[-1]].ins \
+                and isinstance(producer[tokens[-1]].ins[0], Var):
+            tokens.append(producer[tokens[-1]].ins[0])
+        from_tokens = descendants(tokens)
         b = [n for n in order if n in from_tokens and n not in ancestors and n not in after_sites
              and n not in plan.site_at and n not in taken and not n.effects and n not in plan.ragged
              and not any(p.has_sites() for p in plan.subplans.get(n, []))]

@@ -906,7 +906,18 @@ def _param_like(prog, v, limit=64):
 
 
 def _stacked_dot(e, prog=None):
-    """A contraction against expert-stacked weights: a weight-like operand with >= 3 axes."""
+    """A contraction against expert-stacked weights: a weight-like operand with >= 3 axes. Not a dense layer
+    `x[..., D] @ W[D, F]` whose >= 3-axis operand is activations that happen to be a function input ([B, S, D]
+    tokens feeding a shared expert): contracted on its last axis only, against a 2-D operand's first axis."""
     if e.outs[0].ndim < 2:
         return False
-    return any(isinstance(x, Var) and x.ndim >= 3 and (prog is None or _param_like(prog, x)) for x in e.ins)
+    (lc, rc), (lb, _) = e.params["dimension_numbers"]
+    for i, (x, contracted) in enumerate(zip(e.ins, (lc, rc))):
+        if not (isinstance(x, Var) and x.ndim >= 3 and (prog is None or _param_like(prog, x))):
+            continue
+        other, other_contracted = e.ins[1 - i], (rc, lc)[i]
+        dense_layer = (not lb and tuple(contracted) == (x.ndim - 1,) and other.ndim == 2
+                       and tuple(other_contracted) == (0,))
+        if not dense_layer:
+            return True
+    return False

@@ -223,10 +223,11 @@ def test_capacity_path_under_jit_scan_and_remat():
                   dense_dot_floor=E * B * maxtext_capacity(cfg) * min(D, F), loss_argnums=(0, 1), seed_=seed)
 
 
-@pytest.mark.parametrize("cf", [-1.0, 1.0], ids=["dropless", "cf1.0"])
+@pytest.mark.parametrize("cf", [-1.0, 2.0], ids=["dropless", "cf2.0_C6"])
 def test_routed_and_shared_moe(cf):
     """MaxText's RoutedAndSharedMoE (DeepSeek-style: routed experts + a shared MLP on every token, summed): the
-    routed part is the one site, the shared MLP is left as it is (and, with streams=True, placed beside it)."""
+    routed part is the one site, the shared MLP is left as it is (and, with streams=True, placed beside it).
+    Capacity 6 keeps the smallest E x C dot (the check's floor) above the shared MLP's dots."""
     seed = C.seed()
     over = dict(decoder_block="deepseek", routed_score_func="sigmoid", shared_experts=1, capacity_factor=cf)
     f, p, cfg = build(seed, shared=True, **over)
