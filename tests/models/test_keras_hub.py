@@ -1,7 +1,7 @@
 """keras-hub with the JAX backend: the sparse MoE blocks of Mixtral, Qwen3-MoE, Qwen-MoE (Qwen1.5/2: fused
 gate/up weight, shared expert with a sigmoid gate), Qwen3.5-MoE and GPT-OSS (interleaved gate/up columns, expert
-biases, clamps, a custom GLU), and whole MixtralBackbone / Qwen3MoeBackbone / QwenMoeBackbone / GptOssBackbone
-(tiny random configs, no weights downloaded) through `optimize`/`explain`.
+biases, clamps, a custom GLU), and whole MixtralBackbone / Qwen3MoeBackbone / QwenMoeBackbone / GptOssBackbone /
+Gemma4Backbone with its MoE block (tiny random configs, no weights downloaded) through `optimize`/`explain`.
 
 Each layer is called functionally: `layer.stateless_call(trainable, non_trainable, x)` is a pure function of
 (weights, inputs), which is what `optimize` rewrites. float32; fresh random weights and inputs each run
@@ -29,7 +29,7 @@ from keras_hub.src.models.qwen3_moe.qwen3_moe_decoder import Qwen3SparseMoeBlock
 
 # Added after the pass was written (keras-hub 0.32.0, pinned by .ci/models.sh): MoE code the matcher had not
 # been shown.
-from keras_hub.models import GptOssBackbone, QwenMoeBackbone  # noqa: E402
+from keras_hub.models import Gemma4Backbone, GptOssBackbone, QwenMoeBackbone  # noqa: E402
 from keras_hub.src.models.gpt_oss.gpt_oss_decoder import GptOssSparseMoeBlock  # noqa: E402
 from keras_hub.src.models.qwen3_5_moe.qwen3_5_moe_decoder import Qwen3_5MoeSparseMoeBlock  # noqa: E402
 from keras_hub.src.models.qwen_moe.qwen_moe_decoder import QwenSparseMoeBlock  # noqa: E402
@@ -145,3 +145,26 @@ def test_backbone(name, make, n_moe, top_k):
     # the dense MLP layer (qwen3 mlp_only_layers) and attention must be left alone: exactly n_moe sites
     C.check_model(f"keras_hub.{type(model).__name__}[{name}]", f, (w, inputs), expected_sites=n_moe,
                   family="dense", E=E, k=top_k, dense_dot_floor=E * T * min(D, F), loss_argnums=(0,), seed_=seed)
+
+
+def test_gemma4_backbone_with_moe_block():
+    """Gemma 4 (26b-a4b layout): every decoder layer runs a dense MLP beside a sparse MoE block; the router
+    RMS-normalises and rescales its input, the experts use a GeGLU computed in float32 and a per-expert output
+    scale. keras-hub initialises the expert weights to zero, so they (and the scales) are drawn at random here:
+    with zeros the rewritten and the original model would agree trivially."""
+    seed = C.seed()
+    keras.utils.set_random_seed(seed)
+    model = Gemma4Backbone(vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=D,
+                           intermediate_dim=24, head_dim=8, image_size=16, sliding_window_size=8,
+                           enable_moe_block=True, num_experts=E, expert_intermediate_dim=F, num_experts_per_token=2,
+                           dtype="float32")
+    f, w = _functional(model)
+    keys = jax.random.split(jax.random.key(seed + 1), len(w))
+    names = [v.path for v in model.trainable_variables]
+    w = [1.0 + 0.3 * jax.random.normal(k, a.shape, a.dtype) if "scale" in n else
+         0.3 * jax.random.normal(k, a.shape, a.dtype) if not bool(jnp.any(a)) else a
+         for k, a, n in zip(keys, w, names)]
+    inputs = _tokens(seed, 64)
+    inputs["position_ids"] = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
+    C.check_model("keras_hub.Gemma4Backbone[moe_2_layers]", f, (w, inputs), expected_sites=2, family="dense",
+                  E=E, k=2, dense_dot_floor=E * T * min(D, F), loss_argnums=(0,), seed_=seed)
