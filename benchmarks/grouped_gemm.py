@@ -132,12 +132,15 @@ def main(argv=None):
                                  "tflops": tf, "M": m, "K": k, "N": n, "G": g})
                     print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms {tf:9.3f} TFLOP/s",
                           flush=True)
-        # anchors independent of the grouping: a dense matmul of equal FLOPs and a copy
-        dense = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=dtype))
-        ms = _common.time_ms(dense, lhs, rhs[0])
-        rows.append({"case": case["name"], "impl": "dense", "pass": "fwd", "groups": "even", "ms": ms,
-                     "tflops": flops / ms / 1e9})
-        if recipe:
+        # anchors independent of the grouping: a dense matmul of equal FLOPs and a copy (--skip dense,copy
+        # leaves them out of A/B sweeps)
+        skip = args.skip.split(",")
+        if "dense" not in skip:
+            dense = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=dtype))
+            ms = _common.time_ms(dense, lhs, rhs[0])
+            rows.append({"case": case["name"], "impl": "dense", "pass": "fwd", "groups": "even", "ms": ms,
+                         "tflops": flops / ms / 1e9})
+        if recipe and "dense" not in skip:
             a8 = lhs.astype(jnp.float8_e4m3fn)
             b8t = jnp.swapaxes(rhs[0], 0, 1).astype(jnp.float8_e4m3fn)  # [N, K]: K-major, cuBLASLt's FP8 layout
             dense8 = jax.jit(lambda a, b: jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())),
@@ -148,11 +151,12 @@ def main(argv=None):
                              "tflops": flops / ms / 1e9})
             except Exception as e:  # noqa: BLE001
                 print(f"{case['name']} dense_fp8: FAILED {type(e).__name__}: {str(e)[:200]}")
-        copy = jax.jit(lambda a: a * 2)
-        big = jnp.asarray(rng.standard_normal((g, k, n)), dtype)
-        ms = _common.time_ms(copy, big)
-        rows.append({"case": case["name"], "impl": "copy", "pass": "fwd", "groups": "even", "ms": ms,
-                     "gbps": 2 * big.size * 2 / ms / 1e6})
+        if "copy" not in skip:
+            copy = jax.jit(lambda a: a * 2)
+            big = jnp.asarray(rng.standard_normal((g, k, n)), dtype)
+            ms = _common.time_ms(copy, big)
+            rows.append({"case": case["name"], "impl": "copy", "pass": "fwd", "groups": "even", "ms": ms,
+                         "gbps": 2 * big.size * 2 / ms / 1e6})
         save(rows, done=False)
     if on_gpu and not args.no_torch:
         rows += torch_rows(args)

@@ -2,8 +2,8 @@
 import re
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 import jax_moe_ffi as jmf
 from jax_moe_ffi import examples, runtime
@@ -147,10 +147,10 @@ def test_streams_place_the_shared_expert_on_its_own_stream():
 def test_shared_expert_on_3d_tokens_beside_a_site_that_flattens_them():
     # MaxText's RoutedAndSharedMoE shape: the routed part reads x [B, S, D] reshaped to [B*S, D], the shared expert
     # reads x [B, S, D] itself. Two things must hold: the shared expert's dot over the 3-D function input is not
-    # reported as an expert-stacked near-miss (it has no axis of the router's size), and it is found as a side
+    # reported as an expert-stacked near-miss (it is a dense layer x[..., D] @ W[D, F]), and it is found as a side
     # branch (through the reshape) and placed on the shared-expert stream.
     from jax_moe_ffi import models
-    fn2, p, x2 = _shared_expert_problem(seed=int(np.random.SeedSequence().entropy % 1000))
+    _, p, x2 = _shared_expert_problem(seed=int(np.random.SeedSequence().entropy % 1000))
     b, s = 4, x2.shape[0] // 4
     x = x2.reshape(b, s, -1)
 

@@ -1,0 +1,54 @@
+"""Row-tile utilisation of the forward / dgrad grouped GEMM (CPU, no GPU needed): the share of computed rows
+that are real rows, when every group's row tiles (128 rows) are rounded up to the cluster's M extent (CUTLASS's
+grouped scheduler rounds each group's tile grid up to the cluster shape). 2x1 = the old default, 1x2 / 1x1 = now.
+
+  python tools/tile_utilisation.py
+
+Cases: the grouped_gemm benchmark's group sizes (even, Dirichlet skew) from shapes.json, and the routed sizes of
+the Qwen3-30B MoE layer benchmark (benchmarks/moe_layer.py: same init and input, top-8, capacity 1.25).
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _common  # noqa: E402
+
+
+def utilisation(sizes, tile=128, cluster_m=1):
+    tiles = np.ceil(np.ceil(np.asarray(sizes) / tile) / cluster_m) * cluster_m
+    return float(np.sum(sizes) / (tiles.sum() * tile))
+
+
+def layer_sizes():
+    import jax
+    import jax.numpy as jnp
+
+    from jax_moe_ffi import models
+    shapes = _common.load_shapes()
+    case = next(c for c in shapes["moe_layers"] if c["name"] == "qwen3-30b-a3b")
+    t, d, f, e, k = case["tokens"], case["hidden"], case["moe_intermediate"], case["experts"], case["top_k"]
+    pk, xk = jax.random.split(jax.random.PRNGKey(0))  # as benchmarks/moe_layer.py
+    params = models.init_moe_params(pk, d, f, e, jnp.bfloat16)
+    x = jax.random.normal(xk, (t, d), jnp.bfloat16)
+    _, idx = jax.lax.top_k(x.astype(jnp.float32) @ params["router"].astype(jnp.float32), k)
+    cap = int(np.ceil(t * k / e * case["capacity_factor"]))
+    return np.minimum(np.bincount(np.asarray(idx).ravel(), minlength=e), cap)
+
+
+def main():
+    shapes = _common.load_shapes()
+    print(f"{'case':<42} {'groups':<7} {'2x1':>6} {'1x2/1x1':>8}")
+    for c in shapes["grouped_gemm"]:
+        for kind in ("even", "skew"):
+            s = _common.group_sizes(c["M"], c["G"], kind, shapes)
+            print(f"{c['name']:<42} {kind:<7} {utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f}")
+    s = layer_sizes()
+    print(f"{'qwen3-30b-a3b MoE layer (routed, ' + str(s.min()) + '-' + str(s.max()) + ' rows)':<42} {'routed':<7} "
+          f"{utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f}")
+
+
+if __name__ == "__main__":
+    main()
