@@ -1,7 +1,9 @@
 """End-to-end training step: a Qwen3-30B-A3B-shaped decoder (attention + MoE with the real hidden, expert and
 top-k sizes, depth reduced, `lax.scan` over layers), full step (forward, backward, optax AdamW), written the
 naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mode="exact")`,
-`optimize(mode="dropless")`, FP8 (`optimize(mode="dropless", recipe="blockwise")`), and dropless anchors on XLA's
+`optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
+expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
+dropless anchors on XLA's
 `ragged_dot` and tokamax (when importable). Reports step time, tokens/s, model TFLOP/s (model FLOPs, no padding), peak memory, and the
 loss after N steps on the same data.
 
@@ -177,7 +179,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"],
                     help="attention implementation (auto: cuDNN flash attention on GPU when it compiles)")
-    ap.add_argument("--variants", default="naive,ours_exact,ours,ours_fp8,xla_ragged_dot,tokamax")
+    ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,xla_ragged_dot,"
+                                          "tokamax")
+    ap.add_argument("--out", default="", help="result name (default train_step_<machine>)")
     args = ap.parse_args(argv)
     cfg = TINY if args.tiny else Config()
     if args.layers:
@@ -191,7 +195,11 @@ def main(argv=None):
     losses = {
         "naive": naive_loss,
         "ours_exact": jmf.optimize(naive_loss, mode="exact"),
+        # offload="device": the model's own jax.checkpoint(layer) keeps the dispatched rows and expert GEMM
+        # outputs, so the backward re-runs attention and the router but no expert GEMM (more memory)
+        "ours_exact_save": jmf.optimize(naive_loss, mode="exact", offload="device"),
         "ours": jmf.optimize(naive_loss, mode="dropless"),
+        "ours_save": jmf.optimize(naive_loss, mode="dropless", offload="device"),
         "ours_fp8": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
@@ -230,7 +238,8 @@ def save(args, cfg, dtype, rows, argv, done: bool):
     meta["attention"] = ATTENTION_IMPL[0]
     if not done:
         meta["partial"] = "the run was still going when this was written (variants so far only)"
-    return _common.write_results(f"train_step_{_common.machine_tag()}" + ("_tiny" if args.tiny else ""), meta,
+    name = args.out or f"train_step_{_common.machine_tag()}" + ("_tiny" if args.tiny else "")
+    return _common.write_results(name, meta,
                                  rows, "tflops", "Training step (model TFLOP/s)")
 
 

@@ -20,6 +20,10 @@ What the rewrite pass (`jax_moe_ffi.rewrite.optimize(..., streams=, offload=)`) 
   ``others="save"`` every untagged residual stays on the device instead of being recomputed.
 - ``remat_with_offload(fn, names=OFFLOAD_NAMES, **policy_kw)``: ``jax.checkpoint(fn, policy=...)``;
   use it on the per-layer body of a ``lax.scan`` over layers.
+- ``moe_remat_policy(offload, base=None)``: what ``optimize(offload="pinned_host" | "device")`` puts on the
+  model's own ``jax.checkpoint`` regions that hold MoE sites (``OFFLOAD_MODES``: host offload of the dispatched
+  rows and expert outputs, or the dispatched rows and every expert GEMM output kept on the device, so no expert
+  GEMM is recomputed in the backward); ``base`` (the region's own policy) decides everything untagged.
 
 For users and benchmarks: ``xla_flags()`` / ``apply_xla_flags()`` (checked against the installed jaxlib and
 PJRT plugins), ``memory_report(fn, *args)`` (compiled memory analysis), ``offloaded_bytes(fn, *args)``
@@ -87,6 +91,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
            "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
+           "OFFLOAD_MODES", "offload_mode", "moe_remat_policy",
            "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
            "device_peak_bytes", "lowered_text"]
 
@@ -338,6 +343,45 @@ def offload_policy(names=OFFLOAD_NAMES, *, save=(), others: str = "recompute"):
     def policy(prim, *args, **params):
         out = base(prim, *args, **params)
         return True if out is recompute else out
+    return policy
+
+
+# What optimize(offload=...) does with the tags in jax.checkpoint regions (the model's own, and the
+# `.offload_policy` it returns): "pinned_host" moves the dispatched rows and the expert outputs to host
+# memory; "device" keeps the dispatched rows and every expert GEMM output on the device, so the backward
+# recomputes none of the expert GEMMs (only elementwise work and the router), at the cost of that memory.
+OFFLOAD_MODES = {"pinned_host": ("moe_dispatched_rows", "moe_expert_out"),
+                 "device": ("moe_dispatched_rows", "moe_expert_hidden")}
+
+
+def offload_mode(offload):
+    """optimize's `offload` argument as None, "pinned_host" or "device" (True and "host" mean
+    "pinned_host"); anything else is a ValueError naming the argument."""
+    if offload is None or offload is False:
+        return None
+    if offload is True or offload in ("host", "pinned_host"):
+        return "pinned_host"
+    if offload == "device":
+        return "device"
+    raise ValueError(f"optimize: offload must be None, 'pinned_host' (or True / 'host') or 'device', got {offload!r}")
+
+
+def moe_remat_policy(offload, base=None):
+    """The ``jax.checkpoint`` policy for `offload` (see OFFLOAD_MODES): the tagged MoE names are offloaded to
+    ``pinned_host`` or saved on the device; every other primitive is decided by `base` (a checkpoint policy;
+    None: recomputed, ``jax.checkpoint``'s default)."""
+    mode = offload_mode(offload)
+    if mode is None:
+        raise ValueError("moe_remat_policy: offload is off (None)")
+    names = OFFLOAD_MODES[mode]
+    moe = offload_policy(names) if mode == "pinned_host" else offload_policy((), save=names)
+    untagged = moe(None)  # the upstream policy's answer for a primitive it does not name
+    if base is None:
+        return moe
+
+    def policy(prim, *args, **params):
+        out = moe(prim, *args, **params)
+        return base(prim, *args, **params) if out is untagged else out
     return policy
 
 

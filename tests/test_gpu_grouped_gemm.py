@@ -223,3 +223,24 @@ def test_large_tile_configs_uneven_groups(n, tr):
     acc = jax.jit(lambda a, b, c: jmf.grouped_matmul_acc(a, b, gs, c, transpose_rhs=tr))(lhs, rhs, addend)
     assert rel(acc, ref + addend.astype(jnp.float32)) < 1e-2
     assert bool(jnp.all(acc[total:] == addend[total:]))
+
+
+# Wgrad tile configs (JAX_MOE_FFI_WGRAD_TILES=pingpong|coop|c2x2; c2x2 is bf16 -> bf16 only): K and N with
+# an even number of 128-wide tiles (no cluster padding) and with odd counts / partial tiles (a 2x2 cluster
+# pads them: the padded tiles must be clipped, not written), empty groups, sum < M. Run once per value
+# on the device (tools/device_session.sh tiletests).
+@pytest.mark.parametrize("k,n", [(768, 2048), (2048, 768), (264, 520), (392, 136)])
+def test_wgrad_tile_configs_uneven_groups(k, n):
+    rng = np.random.default_rng(k * 7 + n)
+    m, g = 6000, 9
+    total = m - 517
+    gs = np.asarray(sizes_for(rng, m, g, total, "skew"))
+    gs[3] = 0  # an empty group
+    gs[4] += total - gs.sum()
+    gs = jnp.asarray(gs, jnp.int32)
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    dout = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    dw = jax.jit(lambda a, d: jmf.grouped_matmul_wgrad(a, d, gs))(lhs, dout)
+    assert dw.dtype == jnp.bfloat16
+    assert bool(jnp.all(dw[3] == 0)), "empty groups must be zero"
+    assert rel(dw, wgrad_f32(lhs, dout, gs)) < 1e-2

@@ -325,7 +325,9 @@ def test_options_and_signature():
     seed = _seed()
     p, x = _inputs(seed)
     r = explain(M.dense_moe, p, x, offload="host", streams=True)
-    assert r.offload == "host" and any("offload_policy" in n for n in r.notes)
+    assert r.offload == "pinned_host" and any("offload_policy" in n for n in r.notes)
+    with pytest.raises(ValueError, match="offload"):
+        optimize(M.dense_moe, offload="disk")
     assert any("stream annotation" in n for n in r.notes)
     traced = []
 

@@ -107,18 +107,31 @@ if [[ ",$what," == *",tiletests,"* ]]; then
     JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILETESTS:-90} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider \
       tests/test_gpu_grouped_gemm.py -k "large_tile" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2
   done
+  for wt in ${WGRAD_TILETEST_LIST:-pingpong coop c2x2}; do
+    log "GPU tests, JAX_MOE_FFI_WGRAD_TILES=$wt"
+    JAX_MOE_FFI_WGRAD_TILES=$wt timeout ${T_TILETESTS:-90} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider \
+      tests/test_gpu_grouped_gemm.py -k "wgrad_tile_configs" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2
+  done
 fi
 if [[ ",$what," == *",tiles,"* ]]; then
   # Forward / dgrad tile configs (JAX_MOE_FFI_GEMM_TILES): grouped GEMM forward, then the MoE layer.
-  for tiles in ${TILES_LIST:-c2x1 c1x1 c1x2 pp128}; do
-    log "bf16 grouped GEMM, tiles=$tiles"
-    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILES:-100} python3 benchmarks/grouped_gemm.py --skip xla_ragged_dot,tokamax,dense,copy \
-      --no-torch --passes ${TILES_PASSES:-fwd} --out tiles_bf16_${tiles}_h200 ${TILES_ARGS:-} 2>&1 | grep " ours " | tail -20
+  # TILES_LIST entries as MOE_TILES_LIST's: GEMM_TILES or GEMM_TILES/WGRAD_TILES.
+  for entry in ${TILES_LIST-c2x1 c1x1 c1x2 pp128}; do
+    tiles=${entry%%/*}; wt=pingpong; [[ "$entry" == */* ]] && wt=${entry#*/}
+    name=$tiles; [[ "$wt" != pingpong ]] && name=${tiles}_w${wt}
+    log "bf16 grouped GEMM, tiles=$tiles wgrad=$wt"
+    JAX_MOE_FFI_GEMM_TILES=$tiles JAX_MOE_FFI_WGRAD_TILES=$wt timeout ${T_TILES:-100} python3 benchmarks/grouped_gemm.py \
+      --skip xla_ragged_dot,tokamax,dense,copy --no-torch --passes ${TILES_PASSES:-fwd} --out tiles_bf16_${name}_h200 \
+      ${TILES_ARGS:-} 2>&1 | grep " ours " | tail -20
   done
-  for tiles in ${MOE_TILES_LIST:-c2x1 auto pp128}; do
-    log "MoE layer, tiles=$tiles"
-    JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_MOETILES:-120} python3 benchmarks/moe_layer.py --impls ours \
-      --out moe_layer_tiles_${tiles}_h200 2>&1 | grep " ms " | tail -4
+  # MOE_TILES_LIST entries: GEMM_TILES or GEMM_TILES/WGRAD_TILES (e.g. auto/c2x2); MOE_XLA_FLAGS applies to all.
+  for entry in ${MOE_TILES_LIST-c2x1 auto pp128}; do
+    tiles=${entry%%/*}; wt=pingpong; [[ "$entry" == */* ]] && wt=${entry#*/}
+    name=$tiles; [[ "$wt" != pingpong ]] && name=${tiles}_w${wt}
+    log "MoE layer, tiles=$tiles wgrad=$wt"
+    XLA_FLAGS="${MOE_XLA_FLAGS:-${XLA_FLAGS:-}}" JAX_MOE_FFI_GEMM_TILES=$tiles JAX_MOE_FFI_WGRAD_TILES=$wt \
+      timeout ${T_MOETILES:-120} python3 benchmarks/moe_layer.py --impls ours \
+      --out moe_layer_tiles_${name}_h200 2>&1 | grep " ms " | tail -4
   done
   cp benchmarks/results/tiles_bf16_*_h200.* benchmarks/results/moe_layer_tiles_*_h200.* "$OUT/" 2>/dev/null
 fi

@@ -53,6 +53,18 @@ struct CoopConfig {
                                                        : "coop_128x256x64_c1x1";
 };
 
+// Cooperative 128x192 with a 1x2 cluster: for N with an odd number of 256-wide tiles but an even
+// number of 192-wide ones (N = 768, 1536 = 3 / 6 tiles of 256, 4 / 8 of 192). Such N otherwise runs
+// 1x1 (no multicast at all); here the A tile is shared by two CTAs and each CTA loads 32 KB per
+// 64-deep k step for 3.1 MFLOP instead of 48 KB for 4.2 MFLOP (1x1, 128x256). A/B option (n192).
+struct Coop192Config {
+  using TileShape = cute::Shape<cute::_128, cute::_192, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  static constexpr const char* kName = "coop_128x192x64_c1x2";
+};
+
 // Small: ping-pong (the two consumer warp groups alternate tiles, so one's epilogue overlaps the
 // other's mainloop) with 64-row tiles: used by the forward / dgrad when groups are short
 // (average rows per group <= 128), where a 128-row tile would be mostly padding. Cluster along N.
@@ -68,15 +80,18 @@ struct PingpongConfig {
 // the rows of one group (m_g, typically a few hundred), so each tile has a short mainloop and a
 // comparatively large epilogue (a K x N slab of output); ping-pong hides one warp group's epilogue
 // behind the other's mainloop, which the cooperative schedule cannot. The 1x2 form is a forward /
-// dgrad option for short contractions (K = 768: 12 k-tiles per output tile).
+// dgrad option for short contractions (K = 768: 12 k-tiles per output tile). 2x2 is a wgrad option: its
+// M and N (K and N of the layer) are static multiples of 256 in MoE shapes, so a 2x2 cluster pads
+// nothing and multicasts both operands (16 KB per CTA and k step instead of 24 KB with 2x1).
 template <int ClusterM, int ClusterN>
 struct Pingpong128Config {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  static constexpr const char* kName =
-      ClusterM == 2 ? "pingpong_128x128x64_c2x1" : "pingpong_128x128x64_c1x2";
+  static constexpr const char* kName = ClusterM == 2 && ClusterN == 2 ? "pingpong_128x128x64_c2x2"
+                                       : ClusterM == 2                ? "pingpong_128x128x64_c2x1"
+                                                                      : "pingpong_128x128x64_c1x2";
 };
 
 // --- Kernel assembly ----------------------------------------------------------------------

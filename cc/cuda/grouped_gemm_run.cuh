@@ -227,15 +227,15 @@ using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 
 // Environment overrides, read once (for benchmarking / tuning on the target machine):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small | c1x1 | c1x2 | c2x1 | pp128
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
 //                             forward and dgrad, plain and accumulate forms
-//   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop         wgrad
+//   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128 };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192 };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -262,12 +262,19 @@ Tiles ChooseTiles(const GemmCall& c) {
   if (choice == "c1x2") return Tiles::kCoopC1x2;
   if (choice == "c2x1") return Tiles::kCoopC2x1;
   if (choice == "pp128") return Tiles::kPingpong128;
+  if (choice == "n192") {
+    // 128x192 tiles with a 1x2 cluster where N splits into an even number of 192-wide tiles and
+    // auto would run 1x1 (an odd number of 256-wide tiles); every other shape keeps auto.
+    const Tiles t = AutoTiles(c);
+    const bool fits = c.n % 384 == 0 && CeilDiv(c.n, int64_t{256}) % 2 == 1;
+    return t == Tiles::kCoopC1x1 && fits ? Tiles::kCoop192 : t;
+  }
   if (choice == "large") {
     const Tiles t = AutoTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
   if (choice != "auto") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|large|small|c1x1|c1x2|c2x1|pp128; "
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|large|small|c1x1|c1x2|c2x1|pp128|n192; "
                            "unknown value ignored, using auto");
   }
   return AutoTiles(c);
@@ -275,13 +282,17 @@ Tiles ChooseTiles(const GemmCall& c) {
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
 
-bool UseCoopWgrad() {
+enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2 };
+
+WgradTiles ChooseWgradTiles() {
   static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
   static bool said = false;
-  if (choice != "coop" && choice != "pingpong") {
-    SayOnce(&said, "JAX_MOE_FFI_WGRAD_TILES must be pingpong|coop; unknown value ignored, using pingpong");
+  if (choice == "coop") return WgradTiles::kCoop;
+  if (choice == "c2x2") return WgradTiles::kPingpongC2x2;
+  if (choice != "pingpong") {
+    SayOnce(&said, "JAX_MOE_FFI_WGRAD_TILES must be pingpong|coop|c2x2; unknown value ignored, using pingpong");
   }
-  return choice == "coop";
+  return WgradTiles::kPingpong;
 }
 
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
@@ -300,9 +311,12 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     if (tiles == Tiles::kPingpong128)
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Pingpong128Config<1, 2>, Acc>>(
           stream, ws, c, dev);
+    if (tiles == Tiles::kCoop192)
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Coop192Config, Acc>>(
+          stream, ws, c, dev);
   } else {
-    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128) {
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128 is compiled for bf16 -> bf16 only; "
+    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192) {
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192 is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }
@@ -335,9 +349,18 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
       return RunForwardLike<Acc, TIn, TOut, ColMajor>(stream, ws, c, dev);
     case Op::kWgrad:
       if constexpr (!Acc) {
-        if (UseCoopWgrad())
+        const WgradTiles wt = ChooseWgradTiles();
+        if (wt == WgradTiles::kCoop)
           return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig<2, 1>>>(
               stream, ws, c, dev);
+        if constexpr (std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>) {
+          if (wt == WgradTiles::kPingpongC2x2)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 2>>>(
+                stream, ws, c, dev);
+        } else if (wt == WgradTiles::kPingpongC2x2) {
+          SayOnce(&said_ab_dtype, "JAX_MOE_FFI_WGRAD_TILES=c2x2 is compiled for bf16 -> bf16 only; "
+                                  "other dtypes use the default wgrad tiles");
+        }
         return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 1>>>(
             stream, ws, c, dev);
       }

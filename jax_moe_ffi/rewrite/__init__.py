@@ -30,9 +30,9 @@ def _check_opts(mode, recipe, offload, streams):
         raise ValueError(f"optimize: mode must be one of {MODES}, got {mode!r}")
     if recipe not in RECIPES:
         raise ValueError(f"optimize: recipe must be one of {RECIPES}, got {recipe!r}")
-    if offload not in (None, False):
-        pass  # recorded; host offload of MoE activations arrives with a later issue
     del streams
+    from jax_moe_ffi import runtime
+    return runtime.offload_mode(offload)  # None, "pinned_host" or "device"; ValueError otherwise
 
 
 def _is_array(x):
@@ -101,8 +101,12 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
     recipe: None (expert GEMMs in the model's dtype), "blockwise" (FP8 E4M3 with 1 x 128 / 128 x 128 float32
       scales: the fast Hopper path) or "mxfp8" (OCP MX operands, multiplied in bf16 on Hopper). FP8 changes
       the numerics by FP8 rounding, so mode="exact" then means exact routing and drops, not exact values.
-    offload: tag the dispatched rows and expert outputs for host offload; the returned function carries
-      `.offload_policy` (runtime.offload_policy) to use as `jax.checkpoint(layer, policy=...)`.
+    offload: None, "pinned_host" (True and "host" say the same) or "device". The dispatched rows and the expert
+      GEMM outputs are tagged (runtime.tag), and every `jax.checkpoint` region of `fn` that holds a site keeps its
+      own policy for everything else but, for the tags, "pinned_host" offloads the dispatched rows and expert
+      outputs to host memory and "device" saves the dispatched rows and expert GEMM outputs on the device (the
+      backward then recomputes no expert GEMM: more memory, less time). The returned function also carries
+      `.offload_policy` (runtime.moe_remat_policy) for `jax.checkpoint(fast, policy=...)` around it.
     streams: run the combine, and any side branch beside a site (computed from its tokens, neither feeding nor
       using a site: a shared expert), under GPU stream annotations (runtime.on_stream); XLA reads them with
       `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts, which also turns XLA's command
@@ -111,7 +115,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
       see README "Streams".
     If nothing matches, the function runs unchanged and a warning is given once.
     """
-    _check_opts(mode, recipe, offload, streams)
+    offload = _check_opts(mode, recipe, offload, streams)
     cache = {}
     warned = []
 
@@ -140,9 +144,9 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
     wrapped.jax_moe_ffi_options = {"mode": mode, "recipe": recipe, "offload": offload, "streams": streams}
     if offload:
         from jax_moe_ffi import runtime
-        # the remat policy that moves the tagged MoE intermediates to pinned host memory: use it as
+        # the remat policy for the tagged MoE intermediates (offloaded or saved, per `offload`): use it as
         # jax.checkpoint(layer, policy=fast.offload_policy) (e.g. on a scanned layer body)
-        wrapped.offload_policy = runtime.offload_policy(runtime.OFFLOAD_NAMES)
+        wrapped.offload_policy = runtime.moe_remat_policy(offload)
     wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, recipe=recipe, offload=offload, streams=streams,
                                                **kw)
     return wrapped
@@ -154,7 +158,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
     Report.sites: per MoE site the pattern family, E, k, capacity, shapes, source line, estimated FLOPs
     and largest buffer before/after. Report.misses: near-misses with the reason they were left alone.
     """
-    _check_opts(mode, recipe, offload, streams)
+    offload = _check_opts(mode, recipe, offload, streams)
     entry, _, _, _ = _trace(fn, args, kwargs, mode)
     plan = entry.plan
     sites = []
@@ -189,10 +193,17 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                      + ("(E4M3, 1x128 activation / 128x128 weight float32 scales; CUDA FP8 kernel, bf16 wgrad)"
                         if recipe == "blockwise" else "(MXFP8, 1x32 E8M0 scales; multiplied in bf16 on Hopper)")
                      + "; values differ from the model by FP8 rounding")
-    if offload not in (None, False):
-        notes.append(f"offload={offload!r}: dispatched rows and expert outputs are tagged "
-                     "(jax_moe_ffi/moe_dispatched_rows, jax_moe_ffi/moe_expert_out); wrap the layer in "
-                     "jax.checkpoint(policy=optimize(...).offload_policy) to move them to pinned host memory")
+    if offload is not None:
+        from jax_moe_ffi import runtime
+        names = ", ".join(runtime.PREFIX + n for n in runtime.OFFLOAD_MODES[offload])
+        what = ("offloaded to pinned host memory" if offload == "pinned_host"
+                else "saved on the device (the backward recomputes no expert GEMM)")
+        remats = [p for p in plan.all_plans() if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
+        where = (f"in the {len(remats)} jax.checkpoint region(s) of the function that hold a site, on top of "
+                 "each region's own policy" if remats else
+                 "no jax.checkpoint region of the function holds a site: wrap the layer in "
+                 "jax.checkpoint(fast, policy=fast.offload_policy)")
+        notes.append(f"offload={offload!r}: {names} are {what}; {where}")
     if streams and any(p.sites for p in plan.all_plans()):
         from jax_moe_ffi.rewrite import interp
         side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]

@@ -124,9 +124,10 @@ def _lit_value(a):
 
 class RowEval:
     def __init__(self, site, prog, read, coords, n, group_sizes=None, primary_rows=None, facts=None,
-                 read_stacked=None, recipe=None):
+                 read_stacked=None, recipe=None, tag=None):
         self.site = site
         self.recipe = recipe  # FP8 recipe of the expert GEMMs (optimize(recipe=...)), None: model dtype
+        self.tag = tag  # checkpoint-name tagger of the GEMM outputs (optimize(offload=...)), None: untagged
         self.prog = prog
         self.read = read
         self.coords = coords
@@ -432,6 +433,8 @@ class RowEval:
         else:
             outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
                                    transpose_rhs=ops[0][2], recipe=self.recipe)]
+        if self.tag is not None:  # what a remat policy saves instead of recomputing the GEMM (offload="device")
+            outs = [self.tag(r, "moe_expert_hidden") for r in outs]
         results = [r.reshape(o[4]).astype(e_.outs[0].dtype) for r, o, (e_, _) in zip(outs, ops, group)]
         for (e_, _), r in zip(group[1:], results[1:]):
             self.gemm_done[e_] = r
@@ -527,7 +530,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         pv = site.primary
         prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
-                 facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"))
+                 facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"),
+                 tag=(lambda x, name: _tagged(x, name, options)) if options.get("offload") else None)
     if site.rows_operand is not None:
         rows = re.full(re.rows(site.rows_operand), site.rows_operand)
         if site.gather_perm is not None:

@@ -332,7 +332,13 @@ def _structured(e, subs, vals):
         return list(carry) + list(ys)
     if e.kind == "remat":
         sp = subs[0]
-        f = jax.checkpoint(lambda *a: run(sp, list(a)), prevent_cse=p["prevent_cse"], policy=p["policy"])
+        policy = p["policy"]
+        if sp.options.get("offload"):
+            # optimize(offload=...): the model's own checkpoint also saves (offload="device") or offloads
+            # (offload="pinned_host") the MoE intermediates tagged inside it; its policy decides the rest
+            from jax_moe_ffi import runtime
+            policy = runtime.moe_remat_policy(sp.options["offload"], base=policy)
+        f = jax.checkpoint(lambda *a: run(sp, list(a)), prevent_cse=p["prevent_cse"], policy=policy)
         return list(f(*vals))
     if e.kind == "cond":
         branches = [(lambda sp: (lambda *a: run(sp, list(a))))(sp) for sp in subs]
