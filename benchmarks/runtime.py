@@ -90,6 +90,7 @@ def main(argv=None):
     ap.add_argument("--xla-options", default="",
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
+    ap.add_argument("--out", default="", help="result name (default runtime_<machine>)")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
     if unknown:
@@ -125,7 +126,7 @@ def main(argv=None):
     meta["scan"] = not args.no_scan
     meta["xla_options"] = sorted(options)
     meta["failed"] = [r["impl"] for r in rows if "error" in r]
-    path = _common.write_results(f"runtime_{_common.machine_tag()}" + ("_noscan" if args.no_scan else ""), meta,
+    path = _common.write_results(args.out or f"runtime_{_common.machine_tag()}" + ("_noscan" if args.no_scan else ""), meta,
                                  rows, "ms",
                                  "Streams and host offload (fwd+bwd ms)")
     print(f"wrote {path}")

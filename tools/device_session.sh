@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,profilestep>" [bench args]
 # Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -152,7 +152,7 @@ fi
 if [[ ",$what," == *",runtime,"* ]]; then
   log "benchmark streams/offload"
   timeout ${T_RUNTIME:-400} python3 benchmarks/runtime.py ${RUNTIME_ARGS:-} 2>&1 | tee "$OUT/runtime.log" | tail -10
-  cp benchmarks/results/runtime_h200.* "$OUT/" 2>/dev/null
+  cp benchmarks/results/runtime*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",streams,"* ]]; then
   log "per-stream busy time and overlap (runtime model, streams off/on)"
@@ -176,7 +176,13 @@ fi
 if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"
   timeout ${T_TRAIN:-500} python3 benchmarks/train_step.py ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step.log" | tail -15
-  cp benchmarks/results/train_step_h200.* "$OUT/" 2>/dev/null
+  cp benchmarks/results/train_step*_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",profilestep,"* ]]; then
+  log "per-kernel profile of the training step, variant against variant"
+  timeout ${T_PROFILESTEP:-240} python3 benchmarks/profile_step.py ${PROFILESTEP_ARGS:-} 2>&1 | tee "$OUT/profile_step.log" \
+    | grep -v "^W1" | tail -60
+  cp benchmarks/results/profile_step_h200.json "$OUT/" 2>/dev/null
 fi
 cp benchmarks/results/dispatch_rows_gather_h200.* "$OUT/" 2>/dev/null
 log done

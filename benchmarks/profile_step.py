@@ -1,0 +1,97 @@
+"""Where a training step's time goes, variant against variant: per-kernel GPU time of the train_step.py model's
+forward+backward (value_and_grad, no optimizer) from a JAX profiler trace, for two or more variants, and the
+kernels whose time differs most between the first variant and each other one.
+
+  python benchmarks/profile_step.py --variants ours_exact,ours_exact_save [--steps 5] [--layers 4]
+  python benchmarks/profile_step.py --tiny --steps 2           # CPU smoke run (no GPU planes: empty table)
+
+Kernels are grouped by name with digits dropped (XLA numbers its fusions per module: `loop_add_fusion.12`
+and `loop_add_fusion.7` are one row), so the comparison is by kind of kernel. Writes
+benchmarks/results/profile_step_<machine>.json (rows: impl, kernel, us_per_step, launches_per_step).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+import train_step as TS  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import jax_moe_ffi as jmf  # noqa: E402
+
+
+def kernel_kind(name: str) -> str:
+    """A kernel name without the numbers XLA appends per module; CUTLASS names are cut to their config."""
+    if name.startswith("_ZN7cutlass"):
+        sched = "pingpong" if "Pingpong" in name else "coop"
+        tile = re.search(r"NSC_ILi(\d+)EEENSC_ILi(\d+)EEENSC_ILi(\d+)EEEEEE", name)
+        return f"cutlass grouped gemm {sched}" + (f" {tile.group(1)}x{tile.group(2)}x{tile.group(3)}" if tile else "")
+    return re.sub(r"[._]?\d+", "", name)[:90]
+
+
+def variants(cfg):
+    naive = TS.make_loss(cfg, TS.moe_capacity_einsum)
+    return {"naive": naive,
+            "ours_exact": jmf.optimize(naive, mode="exact"),
+            "ours_exact_save": jmf.optimize(naive, mode="exact", offload="device"),
+            "ours": jmf.optimize(naive, mode="dropless"),
+            "ours_save": jmf.optimize(naive, mode="dropless", offload="device")}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="ours_exact,ours_exact_save")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--top", type=int, default=14)
+    args = ap.parse_args(argv)
+    cfg = TS.TINY if args.tiny else TS.Config()
+    if args.layers:
+        cfg = dataclasses.replace(cfg, layers=args.layers)
+    dtype = jnp.float32 if args.tiny else jnp.bfloat16
+    TS.ATTENTION_IMPL[0] = TS.pick_attention("auto", cfg, dtype)
+    params = TS.init(cfg, jax.random.PRNGKey(0), dtype)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
+    fns = variants(cfg)
+    per = {}
+    rows = []
+    for name in args.variants.split(","):
+        step = jax.jit(jax.value_and_grad(fns[name]))
+        times, counts = collections.Counter(), collections.Counter()
+        for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps).items():
+            for start, end, kernel in evs:
+                times[kernel_kind(kernel)] += (end - start) / 1e3 / args.steps
+                counts[kernel_kind(kernel)] += 1 / args.steps
+        per[name] = times
+        total = sum(times.values())
+        print(f"\n== {name}: {total / 1e3:.2f} ms of kernels per step ({len(times)} kinds)")
+        for k, us in times.most_common(args.top):
+            print(f"{us / 1e3:8.3f} ms  x{counts[k]:5.0f}  {k}")
+        rows += [{"impl": name, "kernel": k, "us_per_step": us, "launches_per_step": counts[k]}
+                 for k, us in times.items()]
+    names = args.variants.split(",")
+    for other in names[1:]:
+        a, b = per[names[0]], per[other]
+        diff = sorted(((b.get(k, 0.0) - a.get(k, 0.0), k) for k in set(a) | set(b)), key=lambda t: -abs(t[0]))
+        print(f"\n== {other} - {names[0]}: {(sum(b.values()) - sum(a.values())) / 1e3:+.2f} ms of kernels per step")
+        for d, k in diff[: args.top]:
+            print(f"{d / 1e3:+8.3f} ms  {k}")
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/profile_step.py"] + argv)
+    meta["config"] = dataclasses.asdict(cfg)
+    path = _common.RESULTS / f"profile_step_{_common.machine_tag()}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
