@@ -44,7 +44,9 @@ def variants(cfg):
             "ours_exact": jmf.optimize(naive, mode="exact"),
             "ours_exact_save": jmf.optimize(naive, mode="exact", offload="device"),
             "ours": jmf.optimize(naive, mode="dropless"),
-            "ours_save": jmf.optimize(naive, mode="dropless", offload="device")}
+            "ours_save": jmf.optimize(naive, mode="dropless", offload="device"),
+            # the same model without jax.checkpoint on its layers: every residual is stacked by the scan
+            "ours_exact_noremat": jmf.optimize(TS.make_loss(cfg, TS.moe_capacity_einsum, remat=False), mode="exact")}
 
 
 def main(argv=None):

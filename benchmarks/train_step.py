@@ -142,7 +142,7 @@ def moe_ragged(ragged_dot):
     return moe
 
 
-def make_loss(cfg, moe):
+def make_loss(cfg, moe, remat: bool = True):
     def loss(params, tokens):
         b, s = tokens.shape
         h = params["embed"][tokens]
@@ -152,7 +152,7 @@ def make_loss(cfg, moe):
             x = rms(h, p["ln2"]).reshape(b * s, -1)
             return h + moe(cfg, p, x).reshape(b, s, -1), None
 
-        h, _ = jax.lax.scan(jax.checkpoint(layer), h, params["layers"])
+        h, _ = jax.lax.scan(jax.checkpoint(layer) if remat else layer, h, params["layers"])
         logits = (rms(h, params["ln_f"]) @ params["head"]).astype(jnp.float32)
         labels = jnp.roll(tokens, -1, axis=1)
         lp = jax.nn.log_softmax(logits[:, :-1])
@@ -200,6 +200,8 @@ def main(argv=None):
         "ours_exact_save": jmf.optimize(naive_loss, mode="exact", offload="device"),
         "ours": jmf.optimize(naive_loss, mode="dropless"),
         "ours_save": jmf.optimize(naive_loss, mode="dropless", offload="device"),
+        # the same model without jax.checkpoint on its layers (every residual kept): what saving everything costs
+        "ours_exact_noremat": jmf.optimize(make_loss(cfg, moe_capacity_einsum, remat=False), mode="exact"),
         "ours_fp8": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
