@@ -101,7 +101,7 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
     `fallback`."""
     same = _varying_like(args)
     if cuda_unusable is None:
-        return _unclonable(jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback)))
+        return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback))
 
     def cuda_branch(*a):
         if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
@@ -109,15 +109,4 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
                       f"jax_moe_ffi: {target} runs a pure-JAX/XLA fallback on GPU because {cuda_unusable}")
         return fallback(*a)
 
-    return _unclonable(jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch),
-                                                  default=same(fallback)))
-
-
-def _unclonable(out):
-    """The op's result behind an optimization barrier (free: no copy, no kernel). Inside lax.scan a result that
-    is also saved as a residual for the backward is stacked by a dynamic-update-slice, and XLA's GPU
-    dynamic-slice fusion fuses that update into the producing custom call by cloning the call when its result
-    has other users: on the H200 (jaxlib 0.11.2) a scanned model without remat ran its three expert GEMMs
-    and its gather twice per layer in the forward (tools/remat_check.py: 8 GEMM calls compiled from 5
-    lowered). Behind the barrier the update is a copy into the stack instead."""
-    return jax.lax.optimization_barrier(out)
+    return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch), default=same(fallback))

@@ -471,13 +471,17 @@ def _placed(fn, options):
 
 
 def _tagged(x, name, options):
-    """Checkpoint-name tag for optimize(offload=...): the remat policy offloads or saves the value. (The ops'
-    results are behind an optimization barrier, ops/_common._unclonable, so saving them inside lax.scan does
-    not make XLA clone the GEMM that produced them.)"""
+    """Checkpoint-name tag for optimize(offload=...): the remat policy offloads or saves the value.
+
+    The tagged value goes through an optimization barrier first. A saved value inside lax.scan is stacked into
+    the scan's residual buffer by a dynamic-update-slice, and XLA's GPU dynamic-slice fusion fuses that update
+    into the producing custom call by *cloning* the call when its output has other users too: on the H200
+    (jaxlib 0.11.2) the layer's three expert GEMMs and the gather then ran twice in the forward
+    (tools/remat_check.py). Behind the barrier the update is a plain copy into the stack."""
     if x is None or not options.get("offload"):
         return x
     from jax_moe_ffi import runtime
-    return runtime.tag(x, name)
+    return runtime.tag(jax.lax.optimization_barrier(x), name)
 
 
 def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=None):
