@@ -14,6 +14,8 @@ when importable, else a pure-JAX argsort fallback (`BACKEND = "jax"` forces it).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import jax
@@ -127,7 +129,7 @@ class RowEval:
                  read_stacked=None, recipe=None, tag=None):
         self.site = site
         self.recipe = recipe  # FP8 recipe of the expert GEMMs (optimize(recipe=...)), None: model dtype
-        self.tag = tag  # checkpoint-name tagger of the GEMM outputs (optimize(offload=...)), None: untagged
+        self.tag = tag  # barrier + checkpoint-name tag of the GEMM outputs (emit_site's guard), None: as they are
         self.prog = prog
         self.read = read
         self.coords = coords
@@ -433,7 +435,7 @@ class RowEval:
         else:
             outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
                                    transpose_rhs=ops[0][2], recipe=self.recipe)]
-        if self.tag is not None:  # what a remat policy saves instead of recomputing the GEMM (offload="device")
+        if self.tag is not None:  # what a remat policy saves / a scan stacks instead of recomputing the GEMM
             outs = [self.tag(r, "moe_expert_hidden") for r in outs]
         results = [r.reshape(o[4]).astype(e_.outs[0].dtype) for r, o, (e_, _) in zip(outs, ops, group)]
         for (e_, _), r in zip(group[1:], results[1:]):
@@ -471,17 +473,37 @@ def _placed(fn, options):
 
 
 def _tagged(x, name, options):
-    """Checkpoint-name tag for optimize(offload=...): the remat policy offloads or saves the value.
-
-    The tagged value goes through an optimization barrier first. A saved value inside lax.scan is stacked into
-    the scan's residual buffer by a dynamic-update-slice, and XLA's GPU dynamic-slice fusion fuses that update
-    into the producing custom call by *cloning* the call when its output has other users too: on the H200
-    (jaxlib 0.11.2) the layer's three expert GEMMs and the gather then ran twice in the forward
-    (tools/remat_check.py). Behind the barrier the update is a plain copy into the stack."""
+    """Checkpoint-name tag for optimize(offload=...): the remat policy offloads or saves the value."""
     if x is None or not options.get("offload"):
         return x
     from jax_moe_ffi import runtime
-    return runtime.tag(jax.lax.optimization_barrier(x), name)
+    return runtime.tag(x, name)
+
+
+def residuals_stacked(path: str) -> bool:
+    """Whether a site at this plan path (e.g. "scan/", "scan/remat/") sits in a lax.scan body with no
+    jax.checkpoint between the scan and the site: then, under differentiation, its GEMM outputs and dispatched
+    rows are kept for the backward by stacking them into the scan's residual buffers."""
+    parts = [p for p in path.split("/") if p]
+    if "scan" not in parts:
+        return False
+    last = len(parts) - 1 - parts[::-1].index("scan")
+    return "remat" not in parts[last + 1:]
+
+
+def _guard_residuals(site, options) -> bool:
+    """Put the site's GEMM outputs and dispatched rows behind an optimization barrier (no copy, no kernel)
+    when they may be stacked as scan residuals: offload="device" / "pinned_host" saves them, and a scan body
+    without jax.checkpoint keeps them. Why: XLA's GPU dynamic-slice fusion fuses the residual's
+    dynamic-update-slice into the custom call that produced it by *cloning* the call when the result has
+    other users too; on the H200 (jaxlib 0.11.2) the expert GEMMs and the gather then ran twice per layer in
+    the forward (tools/remat_check.py: 8 GEMM calls compiled from 5 lowered). Behind the barrier the update is
+    a copy into the stack. Not applied elsewhere: a barrier on every result cost ~2.8 ms of extra device
+    copies per step in the remat'd train step (benchmarks/NOTES.md, session 6).
+    JAX_MOE_FFI_RESIDUAL_BARRIER=0 turns it off (A/B runs)."""
+    if os.environ.get("JAX_MOE_FFI_RESIDUAL_BARRIER", "1") == "0":
+        return False
+    return bool(options.get("offload")) or residuals_stacked(getattr(site, "path", "") or "")
 
 
 def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=None):
@@ -525,6 +547,9 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         routing = Routing(cap_routing.row_pair, cap_routing.group_sizes, cap_routing.pos, k, native=cap_routing)
     else:
         rows_x, routing = route(ids, ne, keep=keep, x=x2d)
+    guard = _guard_residuals(site, options)
+    if guard and rows_x is not None:
+        rows_x = lax.optimization_barrier(rows_x)
     rows_x = _tagged(rows_x, "moe_dispatched_rows", options)
     rp = routing.row_pair
     n = rp.shape[0]
@@ -537,7 +562,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
                  facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"),
-                 tag=(lambda x, name: _tagged(x, name, options)) if options.get("offload") else None)
+                 tag=((lambda x, name: _tagged(lax.optimization_barrier(x) if guard else x, name, options))
+                      if guard else None))
     if site.rows_operand is not None:
         rows = re.full(re.rows(site.rows_operand), site.rows_operand)
         if site.gather_perm is not None:
