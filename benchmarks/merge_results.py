@@ -1,6 +1,6 @@
 """Merges several benchmark runs (JSON files written by grouped_gemm.py) into one result set.
 
-Each row keeps the run it came from (`run`), and ratios in the markdown are only taken between rows of
+Each row keeps the run it came from (`run`) and that run's JAX_MOE_FFI_* overrides (`env`), and ratios in the markdown are only taken between rows of
 the same run, so every comparison is a same-run comparison.
 
   python benchmarks/merge_results.py --out grouped_gemm_h200 --commit <sha> benchmarks/results/runs/grouped_gemm_h200_run*.json
@@ -34,8 +34,9 @@ def main():
         if args.commit and len(meta.get("git_commit", "")) < 40:
             meta["git_commit"] = args.commit
         runs.append({"run": i, "file": str(Path(f).name), **meta})
+        env = ",".join(f"{k.replace('JAX_MOE_FFI_', '')}={v}" for k, v in sorted((meta.get("jmf_env") or {}).items()))
         for r in d["rows"]:
-            rows.append({**r, "run": i})
+            rows.append({**r, "run": i, **({"env": env} if env else {})})
     first = runs[0]
     meta = {**first, "command": " ; ".join(r["command"] for r in runs), "runs": runs,
             "merged_by": "python benchmarks/merge_results.py --out " + args.out + " " +
