@@ -343,3 +343,33 @@ def test_memory_report_counts_arguments_and_outputs():
     assert {"temp_bytes", "host_temp_bytes", "peak_source"} <= rep.keys()
     peak = rt.device_peak_bytes()
     assert peak is None or peak >= 0
+
+
+def test_moe_remat_policy_adds_the_tags_to_the_regions_own_policy():
+    """optimize(offload=...) wraps a checkpoint region's policy: the region's own choices stay (its dots are still
+    saved) and the MoE tags of the mode are added (saved on the device, or offloaded to host memory)."""
+    from jax._src.ad_checkpoint import saved_residuals  # public jax.ad_checkpoint only prints them
+
+    def f(w, x):
+        h = rt.tag(jnp.sin(jnp.tanh(x @ w)), "moe_expert_hidden")
+        y = rt.tag(jnp.cos(h) @ w, "moe_expert_out")
+        return jnp.sum(jnp.exp(y))
+
+    w, x = jnp.full((8, 8), 0.1), jnp.ones((4, 8))
+    base = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    saved = lambda pol: " | ".join(d for _, d in saved_residuals(jax.checkpoint(f, policy=pol), w, x))
+    own = saved(base)
+    assert "dot_general" in own and "moe_expert" not in own
+    dev = saved(rt.moe_remat_policy("device", base=base))
+    assert "dot_general" in dev and "jax_moe_ffi/moe_expert_hidden" in dev and "moe_expert_out" not in dev
+    host = saved(rt.moe_remat_policy("pinned_host", base=base))
+    assert "dot_general" in host and "moe_expert_hidden" not in host
+    dev_only = saved(rt.moe_remat_policy("device"))
+    assert "jax_moe_ffi/moe_expert_hidden" in dev_only and "dot_general" not in dev_only
+    assert rt.offload_mode(True) == rt.offload_mode("host") == "pinned_host" and rt.offload_mode(None) is None
+    with pytest.raises(ValueError, match="offload"):
+        rt.offload_mode("nvme")
+    g0 = jax.grad(f, (0, 1))(w, x)
+    for pol in (rt.moe_remat_policy("device", base=base), rt.moe_remat_policy("pinned_host", base=base)):
+        for a, b in zip(jax.grad(jax.checkpoint(f, policy=pol), (0, 1))(w, x), g0):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
