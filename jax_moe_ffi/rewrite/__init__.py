@@ -164,6 +164,11 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
     sites = []
     for s, prog in ((s, p.prog) for p in plan.all_plans() for s in p.sites):
         extra = [EM.capacity_plan(s, prog)[1]] if mode == "exact" and s.S is not None else []
+        if EM.residuals_stacked(s.path or "") or offload is not None:
+            extra.append("GEMM outputs and dispatched rows behind an optimization barrier: "
+                         + ("a lax.scan body with no jax.checkpoint around the site stacks them for the backward"
+                            if EM.residuals_stacked(s.path or "") else f"offload={offload!r} saves them")
+                         + ", and XLA's GPU dynamic-slice fusion would otherwise clone their custom calls")
         extra = [n for n in extra if n not in s.notes]
         sites.append(SiteReport(family=s.family, E=s.E, k=s.k, capacity=s.C, tokens=s.token_shape,
                                 shapes=s.shapes, source=s.source, path=s.path, flops_before=s.flops_before,
