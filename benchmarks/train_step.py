@@ -3,9 +3,9 @@ top-k sizes, depth reduced, `lax.scan` over layers), full step (forward, backwar
 naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mode="exact")`,
 `optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
-dropless anchors on XLA's
-`ragged_dot` and tokamax (when importable). Reports step time, tokens/s, model TFLOP/s (model FLOPs, no padding), peak memory, and the
-loss after N steps on the same data.
+dropless anchors on XLA's `ragged_dot` and tokamax (when importable); `ours_exact_noremat` (not in the default
+list) is the model without jax.checkpoint on its layers. Reports step time, tokens/s, model TFLOP/s (model FLOPs,
+no padding), peak memory, and the loss after N steps on the same data.
 
   python benchmarks/train_step.py                       # GPU: Qwen3-30B-A3B shapes, 4 layers, bf16
   python benchmarks/train_step.py --tiny --steps 3      # CPU smoke run

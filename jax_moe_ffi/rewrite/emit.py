@@ -562,8 +562,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
                  facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"),
-                 tag=((lambda x, name: _tagged(lax.optimization_barrier(x) if guard else x, name, options))
-                      if guard else None))
+                 tag=(lambda x, name: _tagged(lax.optimization_barrier(x), name, options)) if guard else None)
     if site.rows_operand is not None:
         rows = re.full(re.rows(site.rows_operand), site.rows_operand)
         if site.gather_perm is not None:
