@@ -218,18 +218,21 @@ def test_shared_expert_on_3d_tokens_beside_a_site_that_flattens_them():
         assert text.count(f'_xla_stream_annotation = "{runtime.SHARED_EXPERT_STREAM}"') == 1
 
 
+def _decoder_without_remat(p, x):
+    """examples.decoder_scan's model (models.moe_decoder) without the jax.checkpoint on its layers."""
+    from jax_moe_ffi import models
+    return models.moe_decoder(p, x, 2, remat=False)
+
+
 def test_residual_barrier_only_where_scan_residuals_are_stacked():
     """The GEMM outputs / dispatched rows of a site go behind an optimization barrier exactly where a scan may
     stack them for the backward (a scan body without jax.checkpoint, or offload=...): XLA's GPU dynamic-slice
     fusion would otherwise clone the custom calls (see emit._guard_residuals). Values are unchanged."""
-    from jax_moe_ffi import models
     from jax_moe_ffi.rewrite.emit import residuals_stacked
     assert residuals_stacked("scan/") and residuals_stacked("remat/scan/") and residuals_stacked("scan/remat/scan/")
     assert not residuals_stacked("") and not residuals_stacked("scan/remat/") and not residuals_stacked("remat/")
     fn, (stacked, x) = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=8)
-
-    def no_remat(p, x):  # moe_decoder's layers without the jax.checkpoint
-        return jax.lax.scan(lambda h, lp: (h + models.dense_moe(lp, h, 2), None), x, p)[0]
+    no_remat = _decoder_without_remat
 
     count = lambda f: jax.jit(f).lower(stacked, x).as_text().count("optimization_barrier")
     assert count(jmf.optimize(no_remat)) > count(no_remat)
@@ -242,12 +245,8 @@ def test_residual_barrier_only_where_scan_residuals_are_stacked():
 
 
 def test_explain_says_where_the_residual_barrier_goes():
-    from jax_moe_ffi import models
     fn, (stacked, x) = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=9)
-
-    def no_remat(p, x):
-        return jax.lax.scan(lambda h, lp: (h + models.dense_moe(lp, h, 2), None), x, p)[0]
-
+    no_remat = _decoder_without_remat
     barrier = lambda r: [n for s in r.sites for n in s.notes if "optimization barrier" in n]
     assert barrier(jmf.explain(no_remat, stacked, x)) and not barrier(jmf.explain(fn, stacked, x))
     assert barrier(jmf.explain(fn, stacked, x, offload="device"))
@@ -257,15 +256,10 @@ def test_explain_says_where_the_residual_barrier_goes():
 def test_gpu_scanned_model_without_remat_runs_each_expert_gemm_once():
     """On the GPU, the compiled gradient of a scanned MoE model without jax.checkpoint holds as many grouped-GEMM /
     dispatch calls as the lowered program (XLA's dynamic-slice fusion cloned them before the residual barrier:
-    8 GEMM calls compiled from 5 lowered on the H200), with the same gradients as the model."""
-    from jax_moe_ffi import models
-    fn, (stacked, x) = examples.decoder_scan(tokens=512, d_model=256, d_ff=512, experts=8, seed=10,
-                                             dtype=jnp.bfloat16)
-
-    def no_remat(p, x):
-        return jax.lax.scan(lambda h, lp: (h + models.dense_moe(lp, h, 2), None), x, p)[0]
-
-    fast = jmf.optimize(no_remat)
+    8 GEMM calls compiled from 5 lowered on the H200)."""
+    _, (stacked, x) = examples.decoder_scan(tokens=512, d_model=256, d_ff=512, experts=8, seed=10,
+                                            dtype=jnp.bfloat16)
+    fast = jmf.optimize(_decoder_without_remat)
     loss = lambda p, x: jnp.sum(fast(p, x).astype(jnp.float32) ** 2)
     lowered = jax.jit(jax.grad(loss, (0, 1))).lower(stacked, x)
     want = collections.Counter(re.findall(r"@(jax_moe_ffi_(?:grouped_gemm\w*|dispatch))\(", lowered.as_text()))

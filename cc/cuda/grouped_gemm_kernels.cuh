@@ -54,9 +54,9 @@ struct CoopConfig {
 };
 
 // Cooperative 128x192 with a 1x2 cluster: for N with an odd number of 256-wide tiles but an even
-// number of 192-wide ones (N = 768, 1536 = 3 / 6 tiles of 256, 4 / 8 of 192). Such N otherwise runs
-// 1x1 (no multicast at all); here the A tile is shared by two CTAs and each CTA loads 32 KB per
-// 64-deep k step for 3.1 MFLOP instead of 48 KB for 4.2 MFLOP (1x1, 128x256). A/B option (n192).
+// number of 192-wide ones (N = 768: 3 tiles of 256, 4 of 192). Such N otherwise runs 1x1 (no
+// multicast at all); here the A tile is shared by two CTAs and each CTA loads 32 KB per 64-deep k
+// step for 3.1 MFLOP instead of 48 KB for 4.2 MFLOP (1x1, 128x256). A/B option (n192).
 struct Coop192Config {
   using TileShape = cute::Shape<cute::_128, cute::_192, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
