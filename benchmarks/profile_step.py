@@ -4,6 +4,7 @@ kernels whose time differs most between the first variant and each other one.
 
   python benchmarks/profile_step.py --variants ours_exact,ours_exact_save [--steps 5] [--layers 4]
   python benchmarks/profile_step.py --tiny --steps 2           # CPU smoke run (no GPU planes: empty table)
+  python benchmarks/profile_step.py --variants ours_exact,xla_ragged_dot --dump-hlo /tmp/hlo   # + optimized HLO
 
 Kernels are grouped by name with digits dropped (XLA numbers its fusions per module: `loop_add_fusion.12`
 and `loop_add_fusion.7` are one row), so the comparison is by kind of kernel. Writes
@@ -46,7 +47,11 @@ def variants(cfg):
             "ours": jmf.optimize(naive, mode="dropless"),
             "ours_save": jmf.optimize(naive, mode="dropless", offload="device"),
             # the same model without jax.checkpoint on its layers: every residual is stacked by the scan
-            "ours_exact_noremat": jmf.optimize(TS.make_loss(cfg, TS.moe_capacity_einsum, remat=False), mode="exact")}
+            "ours_exact_noremat": jmf.optimize(TS.make_loss(cfg, TS.moe_capacity_einsum, remat=False), mode="exact"),
+            "ours_fp8": jmf.optimize(naive, mode="dropless", recipe="blockwise"),
+            # the dropless anchor on XLA's ragged_dot: the same model around the MoE, so the kernels that
+            # are not MoE kernels (attention, norms, copies, the scan's buffers) can be told apart
+            "xla_ragged_dot": TS.make_loss(cfg, TS.moe_ragged(jax.lax.ragged_dot))}
 
 
 def main(argv=None):
@@ -56,6 +61,8 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--dump-hlo", default="", help="directory: write each variant's optimized HLO there "
+                                                    "(<variant>.hlo.txt), to find what a kernel is")
     args = ap.parse_args(argv)
     cfg = TS.TINY if args.tiny else TS.Config()
     if args.layers:
@@ -69,6 +76,11 @@ def main(argv=None):
     rows = []
     for name in args.variants.split(","):
         step = jax.jit(jax.value_and_grad(fns[name]))
+        if args.dump_hlo:
+            out = Path(args.dump_hlo)
+            out.mkdir(parents=True, exist_ok=True)
+            step = step.lower(params, tokens).compile()  # profiled below as compiled: one compilation
+            (out / f"{name}.hlo.txt").write_text(step.as_text())
         times, counts = collections.Counter(), collections.Counter()
         for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps).items():
             for start, end, kernel in evs:
