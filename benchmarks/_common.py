@@ -120,10 +120,11 @@ def import_tokamax():
         return None
 
 
-def train_variant(loss_fn, params0, batches, optimizer) -> tuple[float, list[float], int | None]:
+def train_variant(loss_fn, params0, batches, optimizer, trained=None) -> tuple[float, list[float], int | None]:
     """Trains from params0 for one step per batch (value_and_grad of loss_fn(params, batch), then the optax
     `optimizer`), then times the step on batches[0]. Returns (ms per step, losses per step, compiled peak
-    bytes: arguments + outputs + temporaries)."""
+    bytes: arguments + outputs + temporaries). `trained`, if given, is called with the trained parameters
+    and batches[0] (what the timed step sees) before the timing, e.g. to measure its routing."""
     import jax
     import optax
 
@@ -137,6 +138,8 @@ def train_variant(loss_fn, params0, batches, optimizer) -> tuple[float, list[flo
     for batch in batches:
         params, opt_state, loss = step(params, opt_state, batch)
         losses.append(float(loss))
+    if trained is not None:
+        trained(params, batches[0])
     ms = time_ms(step, params, opt_state, batches[0])
     mem = step.lower(params, opt_state, batches[0]).compile().memory_analysis()
     peak = None if mem is None else int(mem.temp_size_in_bytes + mem.argument_size_in_bytes

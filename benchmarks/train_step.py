@@ -5,7 +5,8 @@ naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mod
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
 dropless anchors on XLA's `ragged_dot` and tokamax (when importable); `ours_exact_noremat` (not in the default
 list) is the model without jax.checkpoint on its layers. Reports step time, tokens/s, model TFLOP/s (model FLOPs,
-no padding), peak memory, and the loss after N steps on the same data.
+no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
+the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
 
   python benchmarks/train_step.py                       # GPU: Qwen3-30B-A3B shapes, 4 layers, bf16
   python benchmarks/train_step.py --tiny --steps 3      # CPU smoke run
@@ -160,14 +161,45 @@ def make_loss(cfg, moe, remat: bool = True):
     return loss
 
 
-def model_flops(cfg: Config) -> float:
-    """Training FLOPs of the model per step (3x forward), routed experts only, causal attention halved."""
+def model_flops(cfg: Config, kept: float = 1.0) -> float:
+    """Training FLOPs of the model per step (3x forward), routed experts only, causal attention halved.
+    `kept`: the share of the (token, expert) pairs that reach an expert. A capacity model drops the rest
+    (they cost it no expert FLOPs, and neither padding slots count), a dropless one keeps all (1.0)."""
     d, t, s = cfg.d_model, cfg.tokens, cfg.seq
     attn_proj = 2 * d * (2 * cfg.heads * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim)
     attn_scores = 2 * 2 * s * cfg.heads * cfg.head_dim * 0.5
-    moe = 2 * 3 * cfg.top_k * d * cfg.d_ff + 2 * d * cfg.experts
+    moe = 2 * 3 * cfg.top_k * d * cfg.d_ff * kept + 2 * d * cfg.experts
     per_token = cfg.layers * (attn_proj + attn_scores + moe) + 2 * d * cfg.vocab
     return 3.0 * per_token * t
+
+
+# the variants that run the model's capacity rule (they drop the pairs past an expert's capacity)
+CAPACITY_VARIANTS = ("naive", "ours_exact", "ours_exact_save", "ours_exact_noremat")
+
+
+def capacity_kept_share(cfg: Config, params, tokens) -> tuple[float, list[float]]:
+    """The share of (token, expert) pairs the capacity rule keeps on this batch, over all layers and per
+    layer: the capacity model's forward (each layer's input is what that model computes), the router's
+    expert counts, and min(count, capacity) per expert (the running-count GShard rule keeps the first C)."""
+    cap = max(1, int(math.ceil(cfg.tokens * cfg.top_k / cfg.experts * cfg.capacity_factor)))
+    moe = moe_capacity_einsum
+
+    @jax.jit
+    def counts(params, tokens):
+        b, s = tokens.shape
+        h = params["embed"][tokens]
+
+        def layer(h, p):
+            h = h + attention(cfg, p, rms(h, p["ln1"]))
+            x = rms(h, p["ln2"]).reshape(b * s, -1)
+            _, e = router(p, x, cfg)
+            return h + moe(cfg, p, x).reshape(b, s, -1), jnp.bincount(e.reshape(-1), length=cfg.experts)
+
+        return jax.lax.scan(layer, h, params["layers"])[1]
+
+    c = counts(params, tokens)
+    kept = jnp.minimum(c, cap).sum(-1) / c.sum(-1)
+    return float(jnp.minimum(c, cap).sum() / c.sum()), [round(float(v), 4) for v in kept]
 
 
 def main(argv=None):
@@ -211,24 +243,30 @@ def main(argv=None):
             lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic")))
     print(jmf.explain(naive_loss, params0, data[0]))
     opt = optax.adamw(1e-3)
-    rows, flops = [], model_flops(cfg)
+    rows = []
     for name in args.variants.split(","):
         if name not in losses:
             print(f"{name}: not run (not available here)")
             continue
+        kept = []  # capacity variants: the share of pairs their capacity keeps, on the timed step's inputs
+        trained = (lambda p, b: kept.append(capacity_kept_share(cfg, p, b))) if name in CAPACITY_VARIANTS else None
         try:
-            ms, traj, peak = _common.train_variant(losses[name], params0, list(data), opt)
+            ms, traj, peak = _common.train_variant(losses[name], params0, list(data), opt, trained=trained)
         except Exception as e:  # noqa: BLE001 - one failing variant must not cost the others
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"case": "tiny" if args.tiny else f"qwen3-30b-a3b x{cfg.layers} layers", "impl": name,
                          "pass": "train_step", "groups": "routed", "error": f"{type(e).__name__}: {str(e)[:300]}"})
             continue
+        share = kept[0][0] if kept else 1.0
+        flops = model_flops(cfg, share)
         rows.append({"case": f"qwen3-30b-a3b x{cfg.layers} layers" if not args.tiny else "tiny", "impl": name,
                      "pass": "train_step", "groups": "routed", "ms": ms, "tflops": flops / ms / 1e9,
                      "tokens_per_s": cfg.tokens / ms * 1e3, "peak_bytes": peak, "loss_first": traj[0],
-                     "loss_last": traj[-1], "steps": args.steps})
+                     "loss_last": traj[-1], "steps": args.steps, "pairs_kept": round(share, 4),
+                     **({"pairs_kept_per_layer": kept[0][1]} if kept else {})})
         print(f"{name:>15}: {ms:9.2f} ms/step  {flops / ms / 1e9:8.2f} model TFLOP/s  "
-              f"{cfg.tokens / ms * 1e3:10.0f} tok/s  loss {traj[0]:.4f} -> {traj[-1]:.4f}", flush=True)
+              f"{cfg.tokens / ms * 1e3:10.0f} tok/s  loss {traj[0]:.4f} -> {traj[-1]:.4f}"
+              + (f"  (capacity keeps {share:.1%} of the routed pairs: {kept[0][1]})" if kept else ""), flush=True)
         save(args, cfg, dtype, rows, argv, done=False)  # a run stopped by its time limit keeps what it has
     print(f"wrote {save(args, cfg, dtype, rows, argv, done=True)}")
 

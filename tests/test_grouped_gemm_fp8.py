@@ -231,3 +231,36 @@ def test_blockwise_under_scan_checkpoint_and_vmap():
     for i in range(2):
         np.testing.assert_array_equal(np.asarray(outs[i], np.float32),
                                       np.asarray(jmf.grouped_matmul(a, ws[i], gs, recipe="blockwise"), np.float32))
+
+
+def _fallback_warnings(monkeypatch, fn, *args):
+    """RuntimeWarnings about GPU fallbacks raised while tracing fn as if the default backend were a GPU
+    with the CUDA library loaded (only tracing: nothing is lowered or run)."""
+    import warnings
+
+    from jax_moe_ffi.ops import _common
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(_registry, "cuda_targets", tuple(_registry.cuda_targets) + (
+        fp8.FP8_TARGET, "jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_wgrad",
+        "jax_moe_ffi_quantize_blockwise"))
+    monkeypatch.setattr(_common, "_warned", set())
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        jax.make_jaxpr(fn)(*args)
+    return [str(w.message) for w in got if "fallback on GPU" in str(w.message)]
+
+
+def test_gpu_fallback_warning_only_where_the_fallback_would_run(monkeypatch):
+    """The FP8 call's CPU branch (dequantised operands, float32 grouped matmul) is traced on a GPU too, as
+    platform_dependent traces every branch: the float32 grouped matmul inside it must not claim that the
+    GPU falls back to XLA. A float32 grouped matmul called directly on a GPU does fall back, and says so."""
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((64, 128)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((2, 128, 128)), jnp.bfloat16)
+    sizes = jnp.array([40, 24], jnp.int32)
+    fp8_fn = lambda a, w: jmf.grouped_matmul(a, w, sizes, recipe="blockwise")
+    assert _fallback_warnings(monkeypatch, fp8_fn, a, w) == []
+    f32_fn = lambda a, w: jmf.grouped_matmul(a.astype(jnp.float32), w.astype(jnp.float32), sizes)
+    msgs = _fallback_warnings(monkeypatch, f32_fn, a, w)
+    assert len(msgs) == 1 and "float32" in msgs[0]

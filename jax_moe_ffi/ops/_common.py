@@ -95,18 +95,36 @@ def _varying_like(args):
     return lambda fn: (lambda *a: jax.tree.map(cast, fn(*a)))
 
 
+# > 0 while a branch that never runs on a GPU (the cpu / default branch of `on_platforms`) is traced
+_TRACING_NON_GPU_BRANCH = [0]
+
+
+def _non_gpu_branch(fn):
+    def traced(*a):
+        _TRACING_NON_GPU_BRANCH[0] += 1
+        try:
+            return fn(*a)
+        finally:
+            _TRACING_NON_GPU_BRANCH[0] -= 1
+    return traced
+
+
 def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str | None = None):
     """Runs `cpu` on CPU and `cuda` on CUDA; where the CUDA kernel cannot run (`cuda_unusable` says why)
     the GPU gets `fallback` (pure JAX / XLA) and a warning once -- never silently. Other platforms get
     `fallback`."""
     same = _varying_like(args)
+    cpu, fallback_other = _non_gpu_branch(cpu), _non_gpu_branch(fallback)
     if cuda_unusable is None:
-        return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback))
+        return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback_other))
 
     def cuda_branch(*a):
-        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
+        # platform_dependent traces every branch on every platform (nested calls too): warn only where this
+        # fallback would run, i.e. on a GPU and not inside an enclosing call's CPU / default branch
+        if jax.default_backend() == "gpu" and not _TRACING_NON_GPU_BRANCH[0]:
             warn_once(f"{target}:{cuda_unusable}",
                       f"jax_moe_ffi: {target} runs a pure-JAX/XLA fallback on GPU because {cuda_unusable}")
         return fallback(*a)
 
-    return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch), default=same(fallback))
+    return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch),
+                                      default=same(fallback_other))

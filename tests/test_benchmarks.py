@@ -1,0 +1,42 @@
+"""Benchmark helpers whose numbers end up in results: the train step's FLOP accounting for capacity models."""
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import train_step as TS  # noqa: E402
+
+
+def test_capacity_kept_share_matches_the_models_own_drop_rule():
+    """capacity_kept_share counts min(count, C) per expert; the model keeps a pair when its running count
+    (cumsum) is below C. Layer by layer on the tiny config (a router made imbalanced so that pairs drop),
+    the share must equal the model's own keep mask, computed here from its cumsum rule."""
+    cfg = TS.TINY
+    TS.ATTENTION_IMPL[0] = "xla"
+    params = TS.init(cfg, jax.random.PRNGKey(3), jnp.float32)
+    # a shared bias direction in the router: most tokens prefer the same experts, as at initialisation
+    params["layers"]["router"] = params["layers"]["router"] * 0.2 + jnp.linspace(0, 3, cfg.experts)
+    tokens = jax.random.randint(jax.random.PRNGKey(4), (cfg.batch, cfg.seq), 0, cfg.vocab)
+    share, per_layer = TS.capacity_kept_share(cfg, params, tokens)
+
+    cap = max(1, int(math.ceil(cfg.tokens * cfg.top_k / cfg.experts * cfg.capacity_factor)))
+    h = params["embed"][tokens]
+    kept = []
+    for layer in range(cfg.layers):
+        p = jax.tree.map(lambda a: a[layer], params["layers"])
+        h = h + TS.attention(cfg, p, TS.rms(h, p["ln1"]))
+        x = TS.rms(h, p["ln2"]).reshape(cfg.tokens, -1)
+        _, e = TS.router(p, x, cfg)
+        mask = np.asarray(jax.nn.one_hot(e, cfg.experts, dtype=jnp.int32)).reshape(-1, cfg.experts)
+        pos = np.cumsum(mask, axis=0) - 1
+        kept.append(((pos < cap) & (mask == 1)).sum() / mask.sum())
+        h = h + TS.moe_capacity_einsum(cfg, p, x).reshape(h.shape)
+    assert min(kept) < 0.95  # the test must exercise drops
+    np.testing.assert_allclose(per_layer, kept, atol=1e-4)
+    np.testing.assert_allclose(share, np.mean(kept), atol=1e-6)  # equal pairs per layer: the mean
+    # FLOPs: the dropped pairs cost no expert FLOPs
+    assert TS.model_flops(cfg, share) < TS.model_flops(cfg)
