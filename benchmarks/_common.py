@@ -74,11 +74,12 @@ def time_ms(fn, *args, min_time_s: float = 0.3, trials: int = 5) -> float:
     return float(np.median(per_call)) * 1e3
 
 
-def gpu_stream_events(fn, args, steps: int) -> dict:
+def gpu_stream_events(fn, args, steps: int, with_stats: bool = False) -> dict:
     """Runs fn(*args) `steps` times back to back under the JAX profiler (after one warm-up call) and returns
     {stream line name: [(start_ns, end_ns, kernel name), ...]} from the trace's GPU planes. XLA's GPU plane
     has one line per CUDA stream plus summary lines ("XLA Ops", "XLA Modules", ...) that repeat the same
-    time; only the stream lines are kept."""
+    time; only the stream lines are kept. with_stats: each event also carries its trace stats as a dict
+    (XLA names the HLO instruction that launched a kernel or memcpy there, e.g. "hlo_op")."""
     import glob
     import tempfile
 
@@ -101,8 +102,16 @@ def gpu_stream_events(fn, args, steps: int) -> dict:
             for line in plane.lines:
                 if "stream" in line.name.lower():
                     lines.setdefault(f"{plane.name} {line.name}", []).extend(
-                        (ev.start_ns, ev.end_ns, ev.name) for ev in line.events)
+                        (ev.start_ns, ev.end_ns, ev.name) + ((_stats(ev),) if with_stats else ())
+                        for ev in line.events)
     return lines
+
+
+def _stats(ev) -> dict:
+    try:
+        return {str(k): v for k, v in ev.stats}
+    except Exception:  # noqa: BLE001 - stats are best effort (their form varies across jaxlib versions)
+        return {}
 
 
 def import_tokamax():

@@ -61,6 +61,9 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--detail", default="memcpy,loop_broadcast_fusion",
+                    help="comma-separated kernel kinds to break down by the HLO instruction that launched them "
+                         "(the trace's hlo_op stat) and by the kernel that ran just before")
     ap.add_argument("--dump-hlo", default="", help="directory: write each variant's optimized HLO there "
                                                     "(<variant>.hlo.txt), to find what a kernel is")
     args = ap.parse_args(argv)
@@ -82,15 +85,28 @@ def main(argv=None):
             step = step.lower(params, tokens).compile()  # profiled below as compiled: one compilation
             (out / f"{name}.hlo.txt").write_text(step.as_text())
         times, counts = collections.Counter(), collections.Counter()
-        for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps).items():
-            for start, end, kernel in evs:
-                times[kernel_kind(kernel)] += (end - start) / 1e3 / args.steps
-                counts[kernel_kind(kernel)] += 1 / args.steps
+        detail = {k: collections.Counter() for k in args.detail.split(",") if k}
+        for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps, with_stats=True).items():
+            evs = sorted(evs)
+            for i, (start, end, kernel, stats) in enumerate(evs):
+                kind = kernel_kind(kernel)
+                times[kind] += (end - start) / 1e3 / args.steps
+                counts[kind] += 1 / args.steps
+                if kind in detail:
+                    op = next((str(v) for k, v in stats.items() if "hlo_op" in k), "?")
+                    size = next((str(v)[:60] for k, v in stats.items() if "memcpy" in k or "bytes" in k), "")
+                    prev = kernel_kind(evs[i - 1][2]) if i else "-"
+                    detail[kind][f"{op} (after {prev[:40]}) {size}"] += (end - start) / 1e3 / args.steps
         per[name] = times
         total = sum(times.values())
         print(f"\n== {name}: {total / 1e3:.2f} ms of kernels per step ({len(times)} kinds)")
         for k, us in times.most_common(args.top):
             print(f"{us / 1e3:8.3f} ms  x{counts[k]:5.0f}  {k}")
+        for k, c in detail.items():
+            if c:
+                print(f"   {k} by launching HLO op:")
+                for what, us in c.most_common(12):
+                    print(f"   {us / 1e3:8.3f} ms  {what}")
         rows += [{"impl": name, "kernel": k, "us_per_step": us, "launches_per_step": counts[k]}
                  for k, us in times.items()]
     names = args.variants.split(",")
