@@ -41,6 +41,10 @@ VARIANTS = [
     ("lhs", "mxfp8 colwise", dict(recipe="mxfp8", axis=-2)),
     ("lhs", "blockwise", dict(recipe="blockwise", axis=-1)),
     ("rhs", "blockwise", dict(recipe="blockwise", axis=-2, block=(128, 128))),
+    # the FP8 GEMM's weight operands: 128 x 128 tiles written transposed (forward, K-major) and as stored
+    # (dgrad) in one pass, against quantize + XLA's transpose of the codes (what the GEMM ran before)
+    ("rhs", "blockwise transposed+plain", dict(recipe="blockwise", block=(128, 128), tiles_t="both")),
+    ("rhs", "blockwise transposed", dict(recipe="blockwise", block=(128, 128), tiles_t="t")),
 ]
 
 
@@ -101,7 +105,9 @@ def main(argv=None):
             key, sub = jax.random.split(key)
             x = jax.random.normal(sub, shape, jnp.bfloat16)
             nel = int(np.prod(shape))
-            nbytes = nel * 2 + nel + scale_bytes(shape, kw)
+            kw = dict(kw)  # VARIANTS is shared by every case
+            tiles_t = kw.pop("tiles_t", None)
+            nbytes = nel * 2 + nel * (2 if tiles_t == "both" else 1) + scale_bytes(shape, kw)
             base = {"case": name, "shape": list(shape), "recipe": kw["recipe"], "axis": kw.get("axis", -1),
                     "block": list(kw.get("block") or ((1, 32) if kw["recipe"] == "mxfp8" else (1, 128))),
                     "bytes": nbytes, "groups": "n/a", "pass": "quantize"}
@@ -117,6 +123,18 @@ def main(argv=None):
                 "xla_reference": jax.jit(lambda a, kw=kw: reference.quantize_reference(a, **kw)),
                 "naive": jax.jit(lambda a, kw=kw: naive_quantize(a, **kw)),
             }
+            if tiles_t is not None:
+                both = tiles_t == "both"
+
+                def then_transpose(a, kw=kw, both=both):
+                    q = jmf.quantize(a, **kw)
+                    t = jmf.QuantizedArray(jnp.swapaxes(q.data, -1, -2), jnp.swapaxes(q.scale, -1, -2),
+                                           q.recipe, q.axis, q.block)
+                    return (t, q) if both else t
+
+                impls = {"ours": jax.jit(lambda a, both=both: jmf.quantize_tiles_transposed(a, plain=both)
+                                         if both else jmf.quantize_tiles_transposed(a)[0]),
+                         "quantize_then_xla_transpose": jax.jit(then_transpose)}
             want = None
             for impl, fn in impls.items():
                 if impl in skip:
@@ -125,6 +143,11 @@ def main(argv=None):
                     out = fn(x)
                     if impl == "ours":
                         want = out
+                    elif impl == "quantize_then_xla_transpose" and want is not None:
+                        for o, w in zip(jax.tree.leaves(out), jax.tree.leaves(want)):
+                            np.testing.assert_array_equal(np.asarray(o).view(np.uint8) if o.dtype.itemsize == 1
+                                                          else np.asarray(o), np.asarray(w).view(np.uint8)
+                                                          if w.dtype.itemsize == 1 else np.asarray(w))
                     elif impl == "xla_reference" and want is not None:  # same bits, or the run is void
                         np.testing.assert_array_equal(np.asarray(out.data).view(np.uint8),
                                                       np.asarray(want.data).view(np.uint8))

@@ -42,6 +42,7 @@ class Config:
     top_k: int = 8
     layers: int = 4             # 48 in the real model
     capacity_factor: float = 1.25
+    aux_loss: float = 0.01      # Switch-style load-balancing loss weight (0: none; see make_loss)
     batch: int = 4
     seq: int = 2048
 
@@ -143,6 +144,17 @@ def moe_ragged(ragged_dot):
     return moe
 
 
+def load_balancing_loss(cfg, p, x):
+    """Switch Transformer's auxiliary loss, E * sum_e f_e P_e (f_e: share of the top-k choices that go to
+    expert e, P_e: mean router probability of e), as MoE models train with (Mixtral, Qwen3-MoE). Without it
+    this benchmark's random data drove the router to a few experts within its 10 AdamW steps: the capacity
+    model then kept 17% of the routed pairs and the dropless groups were very skewed."""
+    probs = jax.nn.softmax((x @ p["router"]).astype(jnp.float32), axis=-1)
+    _, e = jax.lax.top_k(probs, cfg.top_k)
+    f = jnp.mean(jax.nn.one_hot(e, cfg.experts, dtype=jnp.float32), axis=(0, 1))
+    return cfg.experts * jnp.sum(f * jnp.mean(probs, axis=0))
+
+
 def make_loss(cfg, moe, remat: bool = True):
     def loss(params, tokens):
         b, s = tokens.shape
@@ -151,13 +163,14 @@ def make_loss(cfg, moe, remat: bool = True):
         def layer(h, p):
             h = h + attention(cfg, p, rms(h, p["ln1"]))
             x = rms(h, p["ln2"]).reshape(b * s, -1)
-            return h + moe(cfg, p, x).reshape(b, s, -1), None
+            aux = load_balancing_loss(cfg, p, x) if cfg.aux_loss else jnp.zeros((), jnp.float32)
+            return h + moe(cfg, p, x).reshape(b, s, -1), aux
 
-        h, _ = jax.lax.scan(jax.checkpoint(layer) if remat else layer, h, params["layers"])
+        h, aux = jax.lax.scan(jax.checkpoint(layer) if remat else layer, h, params["layers"])
         logits = (rms(h, params["ln_f"]) @ params["head"]).astype(jnp.float32)
         labels = jnp.roll(tokens, -1, axis=1)
         lp = jax.nn.log_softmax(logits[:, :-1])
-        return -jnp.mean(jnp.take_along_axis(lp, labels[:, :-1, None], -1))
+        return -jnp.mean(jnp.take_along_axis(lp, labels[:, :-1, None], -1)) + cfg.aux_loss * jnp.mean(aux)
     return loss
 
 
@@ -214,8 +227,12 @@ def main(argv=None):
     ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,xla_ragged_dot,"
                                           "tokamax")
     ap.add_argument("--out", default="", help="result name (default train_step_<machine>)")
+    ap.add_argument("--aux-loss", type=float, default=None,
+                    help=f"load-balancing loss weight (default {Config.aux_loss}; 0 turns it off)")
     args = ap.parse_args(argv)
     cfg = TINY if args.tiny else Config()
+    if args.aux_loss is not None:
+        cfg = dataclasses.replace(cfg, aux_loss=args.aux_loss)
     if args.layers:
         cfg = dataclasses.replace(cfg, layers=args.layers)
     dtype = jnp.float32 if args.tiny else jnp.bfloat16

@@ -19,6 +19,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineBwdCpu);
 // cpu/quantize.cc
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeTilesTransposedCpu);
 
 namespace {
 
@@ -38,6 +39,7 @@ nb::dict targets() {
   d["jax_moe_ffi_combine_bwd"] = encapsulate(JaxMoeFfiCombineBwdCpu);
   d["jax_moe_ffi_quantize_mxfp8"] = encapsulate(JaxMoeFfiQuantizeMxfp8Cpu);
   d["jax_moe_ffi_quantize_blockwise"] = encapsulate(JaxMoeFfiQuantizeBlockwiseCpu);
+  d["jax_moe_ffi_quantize_tiles_t"] = encapsulate(JaxMoeFfiQuantizeTilesTransposedCpu);
   return d;
 }
 

@@ -11,7 +11,7 @@ from jax_moe_ffi.ops.grouped_gemm import (  # noqa: E402
 from jax_moe_ffi.ops.dispatch import MoeRouting, moe_combine, moe_dispatch  # noqa: E402
 from jax_moe_ffi.ops.ep import EpRouting, ep_combine, ep_dispatch  # noqa: E402
 from jax_moe_ffi.ops.quantize import (  # noqa: E402
-    QuantizedArray, dequantize, from_swizzled_scales, quantize, to_swizzled_scales)
+    QuantizedArray, dequantize, from_swizzled_scales, quantize, quantize_tiles_transposed, to_swizzled_scales)
 from jax_moe_ffi import reference  # noqa: E402
 from jax_moe_ffi import runtime  # noqa: E402
 from jax_moe_ffi.rewrite import Report, explain, optimize  # noqa: E402
@@ -21,5 +21,5 @@ __version__ = "0.1.0"
 
 __all__ = ["grouped_matmul", "grouped_matmul_wgrad", "grouped_matmul_acc", "grouped_matmuls_shared_lhs", "moe_dispatch", "moe_combine", "MoeRouting",
            "ep_dispatch", "ep_combine", "EpRouting",
-           "QuantizedArray", "quantize", "dequantize", "to_swizzled_scales", "from_swizzled_scales",
+           "QuantizedArray", "quantize", "quantize_tiles_transposed", "dequantize", "to_swizzled_scales", "from_swizzled_scales",
            "reference", "runtime", "export_disabled_checks", "optimize", "explain", "Report"]

@@ -26,6 +26,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_combine_bwd": "JaxMoeFfiCombineBwdCuda",
     "jax_moe_ffi_quantize_mxfp8": "JaxMoeFfiQuantizeMxfp8Cuda",
     "jax_moe_ffi_quantize_blockwise": "JaxMoeFfiQuantizeBlockwiseCuda",
+    "jax_moe_ffi_quantize_tiles_t": "JaxMoeFfiQuantizeTilesTransposedCuda",
 }
 
 cpu_targets: tuple[str, ...] = ()

@@ -578,6 +578,44 @@ def test_swizzle_bad_inputs():
         jmf.from_swizzled_scales(q.data, jnp.zeros((128, 4), jnp.int32))
 
 
+# ------------------------------------------------------------------ 128x128 tiles, written transposed
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 300), st.integers(1, 300)),
+       dtype=st.sampled_from(list(IN_DTYPES)), fmt=st.sampled_from(["e4m3", "e5m2"]), pow2=st.booleans(),
+       plain=st.booleans(), seed=st.integers(0, 2 ** 31 - 1))
+def test_tiles_transposed_matches_the_model_and_quantize_of_the_transpose(shape, dtype, fmt, pow2, plain, seed):
+    """quantize_tiles_transposed(x) gives the NumPy model's 128x128 codes of x, transposed, and exactly what
+    quantize(swapaxes(x)) gives; with plain=True also the untransposed quantisation (odd sizes, specials)."""
+    rng = np.random.default_rng(seed)
+    x = random_x(rng, shape, dtype, spread=20, specials=0.02)
+    if shape[0] == 1:
+        x = x[0]  # rank 2 too
+    kw = {"block": (128, 128), "dtype": fmt, "pow2_scale": pow2}
+    qt, q = jmf.quantize_tiles_transposed(x, dtype=fmt, pow2_scale=pow2, plain=plain)
+    want_codes, want_scale = _np_model(x, "blockwise", -1, kw)
+    assert_codes_equal(codes_of(qt), np.swapaxes(want_codes, -1, -2))
+    np.testing.assert_array_equal(np.asarray(qt.scale), np.swapaxes(want_scale, -1, -2))
+    ref_t = jmf.quantize(jnp.swapaxes(jnp.asarray(x), -1, -2), "blockwise", **kw)
+    assert_codes_equal(codes_of(qt), codes_of(ref_t))
+    np.testing.assert_array_equal(np.asarray(qt.scale), np.asarray(ref_t.scale))
+    assert qt.data.dtype == ref_t.data.dtype and (qt.axis, qt.block) == (ref_t.axis, ref_t.block)
+    if plain:
+        assert_codes_equal(codes_of(q), want_codes)
+        np.testing.assert_array_equal(np.asarray(q.scale), want_scale)
+    else:
+        assert q is None
+
+
+def test_tiles_transposed_errors():
+    with pytest.raises(ValueError, match="rank >= 2"):
+        jmf.quantize_tiles_transposed(jnp.ones((128,)))
+    with pytest.raises(TypeError, match="`x`"):
+        jmf.quantize_tiles_transposed(jnp.ones((128, 128), jnp.int32))
+    with pytest.raises(TypeError, match="pow2_scale"):
+        jmf.quantize_tiles_transposed(jnp.ones((128, 128)), pow2_scale=1)
+    with pytest.raises(TypeError, match="not differentiable"):
+        jax.grad(lambda a: jnp.sum(jmf.quantize_tiles_transposed(a)[0].scale))(jnp.ones((128, 128)))
+
+
 # --------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
@@ -610,6 +648,30 @@ def test_gpu_matches_cpu_bitwise(dtype):
                 want_codes, want_scale = _np_model(x, recipe, kw.get("axis", -1), kw)
                 assert_codes_equal(codes_of(qg), want_codes)
                 np.testing.assert_array_equal(np.asarray(qg.scale), want_scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("dtype", list(IN_DTYPES))
+def test_gpu_tiles_transposed_matches_cpu_bitwise(dtype):
+    """The CUDA tile kernel's transposed store (8 x 8 byte blocks; 8-byte stores when R % 8 == 0, bytes
+    otherwise) gives the CPU's bits, plain and transposed, on odd shapes with specials."""
+    from jax_moe_ffi import _registry
+
+    assert "jax_moe_ffi_quantize_tiles_t" in _registry.cuda_targets, _registry.cuda_load_error
+    cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
+    rng = np.random.default_rng()
+    for shape in [(256, 256), (3, 2048, 768), (129, 77), (2, 161, 264), (5, 37), (1, 8), (300, 1000), (8, 136)]:
+        x = random_x(rng, shape, dtype, spread=40, specials=0.01)
+        for kw in [{}, {"pow2_scale": True}, {"dtype": "e5m2"}]:
+            for plain in (False, True):
+                tc, pc = jmf.quantize_tiles_transposed(jax.device_put(x, cpu), plain=plain, **kw)
+                tg, pg = jax.jit(lambda a: jmf.quantize_tiles_transposed(a, plain=plain, **kw))(
+                    jax.device_put(x, gpu))
+                assert_codes_equal(codes_of(tg), codes_of(tc))
+                np.testing.assert_array_equal(np.asarray(tg.scale), np.asarray(tc.scale))
+                if plain:
+                    assert_codes_equal(codes_of(pg), codes_of(pc))
 
 
 def _f32_sweep(rng, n):

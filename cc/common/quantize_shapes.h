@@ -61,4 +61,30 @@ inline ffi::Error check_quantize_call(const char* op, const ffi::AnyBuffer& x, f
   return check_quantize_shapes(op, x.dimensions(), dd, sd, block_cols, colwise, tiles, view);
 }
 
+// jax_moe_ffi_quantize_tiles_t: x [..., R, C] in 128 x 128 tiles; data_t [..., C, R] (the codes transposed)
+// and data either x's shape or empty (not wanted), both of one FP8 type; scale [..., ceil(R/128),
+// ceil(C/128)] (the tiles of x, not of the transpose). Fills the view of x.
+inline ffi::Error check_quantize_tiles_t_call(const ffi::AnyBuffer& x, const ffi::AnyBuffer& data,
+                                              const ffi::AnyBuffer& data_t, ffi::AnyBuffer::Dimensions sd,
+                                              QuantizeView* view) {
+  const char* op = "quantize_tiles_t";
+  if (auto e = check_quantize_call(op, x, data_t.element_type(), x.dimensions(), sd, 128, 128, false, view);
+      e.failure())
+    return e;
+  const auto xd = x.dimensions(), td = data_t.dimensions(), dd = data.dimensions();
+  const size_t rank = xd.size();
+  bool ok = td.size() == rank && td[rank - 1] == xd[rank - 2] && td[rank - 2] == xd[rank - 1];
+  for (size_t i = 0; ok && i + 2 < rank; ++i) ok = td[i] == xd[i];
+  if (!ok)
+    return invalid(std::string(op) + ": data_t must be x " + dims_str(xd) +
+                   " with its last two axes swapped, got " + dims_str(td));
+  const bool plain = data.element_count() != 0 || x.element_count() == 0;
+  bool same = dd.size() == rank;
+  for (size_t i = 0; same && i < rank; ++i) same = dd[i] == xd[i];
+  if ((plain && !same) || data.element_type() != data_t.element_type())
+    return invalid(std::string(op) + ": data must have x's shape " + dims_str(xd) +
+                   " (or no elements) and data_t's dtype, got " + dims_str(dd));
+  return ffi::Error::Success();
+}
+
 }  // namespace jax_moe_ffi

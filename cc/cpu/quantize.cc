@@ -351,8 +351,44 @@ ffi::Error QuantizeBlockwiseCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> da
   return ffi::Error::Success();
 }
 
+// 128x128 tiles (as jax_moe_ffi_quantize_blockwise), the codes also written transposed: data_t[b, c, r].
+ffi::Error QuantizeTilesTransposedCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                      ffi::Result<ffi::AnyBuffer> data_t, ffi::Result<ffi::Buffer<ffi::F32>> scale,
+                                      bool pow2_scale) {
+  QuantizeView v;
+  if (auto e = check_quantize_tiles_t_call(x, *data, *data_t, scale->dimensions(), &v); e.failure()) return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
+  ScopedIeeeDenormals ieee;
+  const int64_t batch = v.batch, rows = v.rows, cols = v.cols;
+  std::vector<uint8_t> tmp;
+  uint8_t* out = static_cast<uint8_t*>(data->untyped_data());
+  if (data->element_count() == 0) {
+    tmp.resize(static_cast<size_t>(batch * rows * cols));
+    out = tmp.data();
+  }
+  if (data_t->element_type() == ffi::DataType::F8E4M3FN)
+    blockwise_tiles<fp8::E4M3>(x.element_type(), x.untyped_data(), batch, rows, cols, 128, 128, pow2_scale, out,
+                               scale->typed_data());
+  else
+    blockwise_tiles<fp8::E5M2>(x.element_type(), x.untyped_data(), batch, rows, cols, 128, 128, pow2_scale, out,
+                               scale->typed_data());
+  auto* t = static_cast<uint8_t*>(data_t->untyped_data());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) t[(b * cols + c) * rows + r] = out[(b * rows + r) * cols + c];
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jax_moe_ffi
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeTilesTransposedCpu, jax_moe_ffi::QuantizeTilesTransposedCpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., R, C]
+                                  .Ret<xla::ffi::AnyBuffer>()               // data [..., R, C] fp8, or empty
+                                  .Ret<xla::ffi::AnyBuffer>()               // data_t [..., C, R] fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()   // scale [..., R/128, C/128]
+                                  .Attr<bool>("pow2_scale"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu, jax_moe_ffi::QuantizeMxfp8Cpu,
                               xla::ffi::Ffi::Bind()

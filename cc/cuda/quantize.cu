@@ -330,16 +330,56 @@ __global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S
 }
 
 // ------------------------------------------------------------------------------------ band kernel
+// Byte b of each of four words, packed little-endian: (w0.b, w1.b, w2.b, w3.b).
+__device__ __forceinline__ uint32_t gather_byte(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int b) {
+  const uint32_t sel = static_cast<uint32_t>(b) | (static_cast<uint32_t>(b + 4) << 4);  // bytes b of x, b of y
+  return __byte_perm(__byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel), 0x5410);
+}
+
+// A thread's 8 x 8 block of codes (q[i]: row r0 + i, columns c0 .. c0 + 7) written transposed into
+// out[cols, rows]: row c0 + j gets bytes (q[0].j, ..., q[7].j) at columns r0 .. r0 + 7. One 8-byte store
+// per row when rows % 8 == 0 (r0 is a multiple of 8, so it is aligned), else bounds-checked bytes.
+template <bool kVec>
+__device__ __forceinline__ void store_transposed8x8(uint8_t* out, int64_t rows, int64_t cols, int64_t r0,
+                                                    int64_t c0, const uint2* q) {
+  if (r0 >= rows) return;
+  const bool vec = kVec && rows % 8 == 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    if (c0 + j >= cols) break;
+    uint2 t;
+    if (j < 4) {
+      t.x = gather_byte(q[0].x, q[1].x, q[2].x, q[3].x, j);
+      t.y = gather_byte(q[4].x, q[5].x, q[6].x, q[7].x, j);
+    } else {
+      t.x = gather_byte(q[0].y, q[1].y, q[2].y, q[3].y, j - 4);
+      t.y = gather_byte(q[4].y, q[5].y, q[6].y, q[7].y, j - 4);
+    }
+    uint8_t* row = out + (c0 + j) * rows;
+    if (vec) {
+      *reinterpret_cast<uint2*>(row + r0) = t;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (r0 + i < rows) row[r0 + i] = static_cast<uint8_t>((i < 4 ? t.x : t.y) >> (8 * (i % 4)));
+    }
+  }
+}
+
 enum Band { kCol32 = 0, kCol128 = 1, kTile128 = 2 };
 
 // x viewed as [batch, rows, cols], walked in 128 x 128 tiles (see the header comment for the layout).
 //   kCol32:   MXFP8 blocks of 32 rows x 1 column, scale u8 [batch, ceil(rows/32), cols]
 //   kCol128:  blockwise 128 rows x 1 column, scale f32 [batch, ceil(rows/128), cols]
 //   kTile128: blockwise 128 x 128 tiles, scale f32 [batch, ceil(rows/128), ceil(cols/128)]
+//   data_t (kTile128 only, may be null): also write the codes transposed, data_t[b, c, r] = data[b, r, c]
+//   (the K-major copy an FP8 GEMM needs of a weight stored N-major: 128x128 tiles and their scales are the
+//   same either way). `data` may then be null (only the transposed copy is wanted).
 template <typename In, typename F, int kMode, int kBand, bool kVec>
 __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                          int64_t cols, uint8_t* __restrict__ data,
-                                                         void* __restrict__ scale, int64_t tiles) {
+                                                         void* __restrict__ scale, int64_t tiles,
+                                                         uint8_t* __restrict__ data_t) {
   constexpr int kW = In::kW;
   // kCol128: per-column maxima of each row warp ([warp row][column warp][lane column][word]);
   // kTile128: one maximum per warp. Two buffers: tile t uses buffer t % 2.
@@ -371,7 +411,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
 
     float m[8];
     uint32_t nan_lo = 0, nan_hi = 0;  // byte masks of NaN/Inf columns (kCol*)
-    uint8_t* db = data + b * rows * cols;
+    uint8_t* db = data != nullptr ? data + b * rows * cols : nullptr;
     if (kBand == kTile128) {
       uint32_t mx = In::fold(cm);
 #pragma unroll
@@ -450,14 +490,15 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
         }
       }
     }
+    uint2 q[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      if (r0 + i >= rows) break;
-      uint2 q = encode8<In, F, kMode>(w[i], m);
-      q.x = (q.x & ~nan_lo) | (kNaN4 & nan_lo);
-      q.y = (q.y & ~nan_hi) | (kNaN4 & nan_hi);
-      store_chunk<kVec>(db + (r0 + i) * cols, c0, cols, q);
+      q[i] = encode8<In, F, kMode>(w[i], m);
+      q[i].x = (q[i].x & ~nan_lo) | (kNaN4 & nan_lo);
+      q[i].y = (q[i].y & ~nan_hi) | (kNaN4 & nan_hi);
+      if (db != nullptr && r0 + i < rows) store_chunk<kVec>(db + (r0 + i) * cols, c0, cols, q[i]);
     }
+    if (kBand == kTile128 && data_t != nullptr) store_transposed8x8<kVec>(data_t + b * rows * cols, rows, cols, r0, c0, q);
   }
 }
 
@@ -518,14 +559,15 @@ void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t c
 
 template <typename In, typename F, int kMode, int kBand, bool kVec>
 void launch_band(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
-                 void* scale) {
+                 void* scale, void* data_t = nullptr) {
   constexpr auto kernel = band_kernel<In, F, kMode, kBand, kVec>;
   const int64_t tiles = batch * cdiv(rows, kTile) * cdiv(cols, kTile);
   int64_t grid = tiles;
   const int64_t resident = resident_ctas<kernel>();
   if (grid > resident) grid = resident;
   kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
-                                                              static_cast<uint8_t*>(data), scale, tiles);
+                                                              static_cast<uint8_t*>(data), scale, tiles,
+                                                              static_cast<uint8_t*>(data_t));
 }
 
 // One quantisation: x as [batch, rows, cols] (rowblock kernels ignore the batch: rows = batch * rows).
@@ -534,6 +576,7 @@ struct Job {
   void* data;
   void* scale;
   int64_t batch, rows, cols;
+  void* data_t = nullptr;  // 128x128 tiles only: also the transposed codes (then `data` may be null)
 };
 
 // Only the meaningful kernels are instantiated: MXFP8 (kMx) has 32-element blocks, blockwise 128.
@@ -548,14 +591,14 @@ ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
         launch_rowblock<In, F, kMode, 32, kVec>(stream, j.x, j.batch * j.rows, j.cols, j.data, j.scale);
     } else {
       if (tiles)
-        launch_band<In, F, kMode, kTile128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
+        launch_band<In, F, kMode, kTile128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale, j.data_t);
       else if (colwise)
         launch_band<In, F, kMode, kCol128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
       else
         launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, j.batch * j.rows, j.cols, j.data, j.scale);
     }
   };
-  if (vec_ok(j.cols, j.x, j.data, j.scale, colwise))
+  if (vec_ok(j.cols, j.x, j.data, j.scale, colwise) && reinterpret_cast<uintptr_t>(j.data_t) % 8 == 0)
     go(std::true_type{});
   else
     go(std::false_type{});
@@ -613,8 +656,36 @@ ffi::Error QuantizeBlockwiseCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Res
   });
 }
 
+// 128x128 tiles, codes written transposed (data_t) and, unless `data` is empty, also as laid out.
+ffi::Error QuantizeTilesTransposedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                       ffi::Result<ffi::AnyBuffer> data_t, ffi::Result<ffi::Buffer<ffi::F32>> scale,
+                                       bool pow2_scale) {
+  QuantizeView v;
+  if (auto e = check_quantize_tiles_t_call(x, *data, *data_t, scale->dimensions(), &v); e.failure()) return e;
+  if (x.element_count() == 0) return ffi::Error::Success();
+  Job job{x.untyped_data(), data->element_count() ? data->untyped_data() : nullptr, scale->untyped_data(),
+          v.batch, v.rows, v.cols, data_t->untyped_data()};
+  return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
+    using In = decltype(in_tag);
+    return with_fmt(data_t->element_type(), [&](auto fmt_tag) -> ffi::Error {
+      using F = decltype(fmt_tag);
+      return pow2_scale ? run<In, F, kPow2>(stream, job, false, true) : run<In, F, kDiv>(stream, job, false, true);
+    });
+  });
+}
+
 }  // namespace
 }  // namespace jax_moe_ffi
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeTilesTransposedCuda, jax_moe_ffi::QuantizeTilesTransposedCuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()               // x [..., R, C]
+                                  .Ret<xla::ffi::AnyBuffer>()               // data [..., R, C] fp8, or empty
+                                  .Ret<xla::ffi::AnyBuffer>()               // data_t [..., C, R] fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()   // scale [..., R/128, C/128]
+                                  .Attr<bool>("pow2_scale"),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cuda, jax_moe_ffi::QuantizeMxfp8Cuda,
                               xla::ffi::Ffi::Bind()

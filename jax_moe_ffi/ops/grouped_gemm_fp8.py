@@ -6,7 +6,8 @@ in 1 x 128 blocks along K and the weights in 128 x 128 tiles (float32 scales), a
 with the scales applied per 128-deep slice of the accumulation, f32 accumulation, bf16 out.
 Backward: the incoming gradient is quantised (1 x 128 along N, E4M3 by default or E5M2) and the dgrad
 is the same FP8 kernel against the forward's weight quantisation (reused, not recomputed: 128 x 128
-tiles are the same along either axis). The weight gradient runs in bf16 (the ragged contraction over
+tiles are the same along either axis). The kernel reads both operands K-major, so the weight is needed in
+both orientations; the forward's one quantisation pass writes the second one too (quantize_tiles_transposed). The weight gradient runs in bf16 (the ragged contraction over
 tokens would need 128-aligned groups for 1 x 128 token blocks) -- stated, not hidden.
 
 recipe="mxfp8" (OCP MX v1.0, 1 x 32 blocks, E8M0 scales): Hopper has no MX tensor-core instruction.
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 from jax_moe_ffi import _registry
 from jax_moe_ffi.ops import _common as c
 from jax_moe_ffi.ops import grouped_gemm as gg
-from jax_moe_ffi.ops.quantize import dequantize, quantize
+from jax_moe_ffi.ops.quantize import _tiles_t, dequantize, quantize
 
 FP8_TARGET = "jax_moe_ffi_grouped_gemm_fp8"
 RECIPES = ("blockwise", "mxfp8")
@@ -94,32 +95,39 @@ def _quant_weight(w):
     return q.data, q.scale
 
 
-def _as_kmajor(wd, ws, transpose_rhs: bool, for_dgrad: bool):
-    """The (data [G, N', K'], scale [G, K'/128, N'/128]) pair the kernel wants, from the weight's own
-    quantisation: rhs [G,K,N] (or [G,N,K] with transpose_rhs), scale over its last two axes."""
-    kmajor_as_stored = transpose_rhs != for_dgrad  # stored [G,N,K] for the forward, [G,K,N] for the dgrad
-    if kmajor_as_stored:
-        return wd, jnp.swapaxes(ws, 1, 2)
-    return jnp.swapaxes(wd, 1, 2), ws
+def _weight_operands(w, transpose_rhs: bool, for_grad: bool):
+    """The (data [G, N', K'], scale [G, K'/128, N'/128]) pairs the kernel wants of the weight for the forward
+    and (when `for_grad`) for the dgrad, from one 128 x 128 quantisation of rhs [G,K,N] ([G,N,K] with
+    transpose_rhs). FP8 wgmma reads both operands K-major: the forward needs [G,N,K], the dgrad [G,K,N], so
+    one of the two is the stored layout transposed. The tile kernel writes that transposed copy itself
+    (quantize_tiles_transposed) instead of leaving XLA a transpose over the FP8 codes."""
+    if transpose_rhs and not for_grad:  # the forward's layout is the stored one: no transpose at all
+        wd, ws = _quant_weight(w)
+        return (wd, jnp.swapaxes(ws, 1, 2)), None
+    wd, wt, ws = _tiles_t(w, "e4m3", False, for_grad)  # ws: tiles of w as stored
+    if transpose_rhs:  # stored [G,N,K] (scale [G,NB,KB]): forward as stored, dgrad transposed [G,K,N]
+        return (wd, jnp.swapaxes(ws, 1, 2)), (wt, ws)
+    # stored [G,K,N] (scale [G,KB,NB]): forward transposed [G,N,K], dgrad as stored
+    return (wt, ws), ((wd, jnp.swapaxes(ws, 1, 2)) if for_grad else None)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _gmm_blockwise(lhs, rhs, group_sizes, transpose_rhs, out_dtype, grad_fmt):
-    return _blockwise_fwd(lhs, rhs, group_sizes, transpose_rhs, out_dtype, grad_fmt)[0]
+    ad, asc = _quant_rows(lhs, "e4m3")
+    (bt, sb), _ = _weight_operands(rhs, transpose_rhs, for_grad=False)
+    return _fp8_call(ad, asc, bt, sb, group_sizes).astype(out_dtype)
 
 
 def _blockwise_fwd(lhs, rhs, group_sizes, transpose_rhs, out_dtype, grad_fmt):
     ad, asc = _quant_rows(lhs, "e4m3")
-    wd, wsc = _quant_weight(rhs)
-    bt, sb = _as_kmajor(wd, wsc, transpose_rhs, for_dgrad=False)
+    (bt, sb), dgrad_operand = _weight_operands(rhs, transpose_rhs, for_grad=True)
     out = _fp8_call(ad, asc, bt, sb, group_sizes).astype(out_dtype)
-    return out, (lhs, wd, wsc, group_sizes)
+    return out, (lhs, dgrad_operand, group_sizes)
 
 
 def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, res, dout):
-    lhs, wd, wsc, group_sizes = res
+    lhs, (bt, sb), group_sizes = res
     dd, dsc = _quant_rows(dout, grad_fmt)
-    bt, sb = _as_kmajor(wd, wsc, transpose_rhs, for_dgrad=True)
     dlhs = _fp8_call(dd, dsc, bt, sb, group_sizes).astype(lhs.dtype)
     d = dout.astype(lhs.dtype)
     drhs = gg._wgrad(d, lhs, group_sizes, lhs.dtype) if transpose_rhs else gg._wgrad(lhs, d, group_sizes, lhs.dtype)

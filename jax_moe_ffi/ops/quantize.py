@@ -62,6 +62,7 @@ from jax_moe_ffi.ops import _common as c
 
 MXFP8_TARGET = "jax_moe_ffi_quantize_mxfp8"
 BLOCKWISE_TARGET = "jax_moe_ffi_quantize_blockwise"
+TILES_T_TARGET = "jax_moe_ffi_quantize_tiles_t"
 
 RECIPES = ("mxfp8", "blockwise")
 MX_BLOCK = 32
@@ -227,6 +228,62 @@ def _blockwise_call(x, fmt: str, block: tuple, pow2_scale: bool, colwise: bool):
         return reference.quantize_blockwise_last_axis_reference(a, fmt, block, pow2_scale)
 
     return _on_platforms(ffi_fn, _colwise_fallback(xla_fn) if colwise else xla_fn, BLOCKWISE_TARGET, x)
+
+
+def _tiles_t_call(x, fmt: str, pow2_scale: bool, plain: bool):
+    """(data or None, data_t, scale) of x [..., R, C] in 128 x 128 tiles, from one pass over x: data_t
+    [..., C, R] is the codes transposed, data [..., R, C] as laid out (only when `plain`), scale
+    [..., ceil(R/128), ceil(C/128)] the tiles' scales in x's orientation."""
+    from jax_moe_ffi import reference
+
+    r, cols = x.shape[-2:]
+    sshape = x.shape[:-2] + (-(-r // 128), -(-cols // 128))
+    fp8 = FP8_DTYPES[fmt]
+    out = (jax.ShapeDtypeStruct(x.shape if plain else (0,), fp8),
+           jax.ShapeDtypeStruct(x.shape[:-2] + (cols, r), fp8), jax.ShapeDtypeStruct(sshape, jnp.float32))
+    call = jax.ffi.ffi_call(TILES_T_TARGET, out, vmap_method="sequential")
+
+    def ffi_fn(a):
+        return tuple(call(a, pow2_scale=np.bool_(pow2_scale)))
+
+    def xla_fn(a):
+        d, sc = reference.quantize_blockwise_last_axis_reference(a, fmt, (128, 128), pow2_scale)
+        return (d if plain else jnp.zeros((0,), fp8)), jnp.swapaxes(d, -1, -2), sc
+
+    data, data_t, scale = _on_platforms(ffi_fn, xla_fn, TILES_T_TARGET, x)
+    return (data if plain else None), data_t, scale
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def _tiles_t(x, fmt, pow2_scale, plain):
+    return _tiles_t_call(x, fmt, pow2_scale, plain)
+
+
+@_tiles_t.defjvp
+def _tiles_t_jvp(fmt, pow2_scale, plain, primals, tangents):
+    raise TypeError(_NOT_DIFFERENTIABLE)
+
+
+def quantize_tiles_transposed(x, *, dtype="e4m3", pow2_scale: bool = False, plain: bool = False):
+    """128 x 128 blockwise quantisation of x [..., R, C] with the codes written transposed, in one pass over x.
+
+    Returns ``(qt, q)``: ``qt`` equals ``quantize(jnp.swapaxes(x, -1, -2), "blockwise", block=(128, 128))``
+    bit for bit (a tile's scale does not depend on its orientation), and ``q`` equals
+    ``quantize(x, "blockwise", block=(128, 128))`` when ``plain`` (else None). An FP8 GEMM takes both operands
+    K-major: a weight stored [K, N] is needed as [N, K] for the forward and as stored for the dgrad, and this
+    writes both without the transpose XLA would run over the FP8 codes.
+    """
+    fmt = _fp8_format(dtype)
+    x = _check_x(x, True)
+    if not isinstance(pow2_scale, (bool, np.bool_)):
+        raise TypeError(f"quantize_tiles_transposed: `pow2_scale` must be a bool, got {pow2_scale!r}")
+    data, data_t, scale = _tiles_t(x, fmt, bool(pow2_scale), bool(plain))
+    ax = _normalize_axis("quantize", -1, x.ndim)
+    qt = QuantizedArray(data=data_t, scale=jnp.swapaxes(scale, -1, -2), recipe="blockwise", axis=ax,
+                        block=(128, 128))
+    q = None if data is None else QuantizedArray(data=data, scale=scale, recipe="blockwise", axis=ax,
+                                                 block=(128, 128))
+    return qt, q
 
 
 # ----------------------------------------------------------------------------------- quantize
