@@ -2,7 +2,7 @@
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
 # Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,profilestep>" [bench args]
-# Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
+# Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS, QUANTIZE_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -146,8 +146,8 @@ if [[ ",$what," == *",maxtext,"* ]]; then
 fi
 if [[ ",$what," == *",quantize,"* ]]; then
   log "benchmark quantize"
-  timeout ${T_QUANTIZE:-300} python3 benchmarks/quantize.py 2>&1 | tee "$OUT/quantize.log" | tail -20
-  cp benchmarks/results/quantize_h200.* "$OUT/" 2>/dev/null
+  timeout ${T_QUANTIZE:-300} python3 benchmarks/quantize.py ${QUANTIZE_ARGS:-} 2>&1 | tee "$OUT/quantize.log" | tail -20
+  cp benchmarks/results/quantize*_h200.* "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",runtime,"* ]]; then
   log "benchmark streams/offload"
