@@ -155,18 +155,24 @@ def load_balancing_loss(cfg, p, x):
     return cfg.experts * jnp.sum(f * jnp.mean(probs, axis=0))
 
 
+def decoder(cfg, moe, params, tokens, per_layer, remat: bool = False):
+    """The embedding and the scanned layers (attention, then `moe`): (hidden states, the stacked
+    per_layer(p, x) of every layer, x being the MoE input)."""
+    b, s = tokens.shape
+
+    def layer(h, p):
+        h = h + attention(cfg, p, rms(h, p["ln1"]))
+        x = rms(h, p["ln2"]).reshape(b * s, -1)
+        return h + moe(cfg, p, x).reshape(b, s, -1), per_layer(p, x)
+
+    return jax.lax.scan(jax.checkpoint(layer) if remat else layer, params["embed"][tokens], params["layers"])
+
+
 def make_loss(cfg, moe, remat: bool = True):
     def loss(params, tokens):
-        b, s = tokens.shape
-        h = params["embed"][tokens]
-
-        def layer(h, p):
-            h = h + attention(cfg, p, rms(h, p["ln1"]))
-            x = rms(h, p["ln2"]).reshape(b * s, -1)
-            aux = load_balancing_loss(cfg, p, x) if cfg.aux_loss else jnp.zeros((), jnp.float32)
-            return h + moe(cfg, p, x).reshape(b, s, -1), aux
-
-        h, aux = jax.lax.scan(jax.checkpoint(layer) if remat else layer, h, params["layers"])
+        aux_fn = (lambda p, x: load_balancing_loss(cfg, p, x)) if cfg.aux_loss else \
+            (lambda p, x: jnp.zeros((), jnp.float32))
+        h, aux = decoder(cfg, moe, params, tokens, aux_fn, remat)
         logits = (rms(h, params["ln_f"]) @ params["head"]).astype(jnp.float32)
         labels = jnp.roll(tokens, -1, axis=1)
         lp = jax.nn.log_softmax(logits[:, :-1])
@@ -195,20 +201,11 @@ def capacity_kept_share(cfg: Config, params, tokens) -> tuple[float, list[float]
     layer: the capacity model's forward (each layer's input is what that model computes), the router's
     expert counts, and min(count, capacity) per expert (the running-count GShard rule keeps the first C)."""
     cap = max(1, int(math.ceil(cfg.tokens * cfg.top_k / cfg.experts * cfg.capacity_factor)))
-    moe = moe_capacity_einsum
 
     @jax.jit
     def counts(params, tokens):
-        b, s = tokens.shape
-        h = params["embed"][tokens]
-
-        def layer(h, p):
-            h = h + attention(cfg, p, rms(h, p["ln1"]))
-            x = rms(h, p["ln2"]).reshape(b * s, -1)
-            _, e = router(p, x, cfg)
-            return h + moe(cfg, p, x).reshape(b, s, -1), jnp.bincount(e.reshape(-1), length=cfg.experts)
-
-        return jax.lax.scan(layer, h, params["layers"])[1]
+        expert_counts = lambda p, x: jnp.bincount(router(p, x, cfg)[1].reshape(-1), length=cfg.experts)
+        return decoder(cfg, moe_capacity_einsum, params, tokens, expert_counts)[1]
 
     c = counts(params, tokens)
     kept = jnp.minimum(c, cap).sum(-1) / c.sum(-1)
