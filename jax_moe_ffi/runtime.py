@@ -136,6 +136,9 @@ def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collecti
     raises ``ValueError`` when ``strict``. ``extra`` adds ``{name: value}`` flags, checked the same way.
     ``multistream=True`` also turns XLA's command buffers (CUDA graphs) off unless ``command_buffer`` is given:
     with them on, the stream-annotated regions ran inside one CUDA graph on the main stream (H200, jaxlib 0.11.2).
+    That has a price where nothing overlaps: the Qwen3-shaped train step (benchmarks/train_step.py) ran 2-3%
+    slower with these flags than with XLA's defaults (benchmarks/NOTES.md, session 7); pass
+    ``multistream=False`` to keep XLA's own command-buffer setting.
     """
     table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
                         pipelined_host_offload, command_buffer)

@@ -220,7 +220,9 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
         notes.append("streams=True: combine under a GPU stream annotation (runtime.on_stream, stream 2)" + shared
                      + ". XLA (jaxlib 0.11.2, runtime.apply_xla_flags(), which turns command buffers off) runs them "
                        "on their own streams; on the H200 they overlapped but no step-time gain was measured "
-                       "(benchmarks/results/runtime_h200.md, profile_streams_nocmdbuf_h200.json)")
+                       "(benchmarks/results/runtime_h200.md, profile_streams_nocmdbuf_h200.json), and the Qwen3 "
+                       "train step ran 2-3% faster with XLA's default flags (command buffers on: the annotations "
+                       "then run on the main stream; benchmarks/NOTES.md, session 7)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
 
