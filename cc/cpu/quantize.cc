@@ -12,6 +12,9 @@
 //                                    block_rows = 128 : scale[..., ceil(R/128), ceil(C/128)]
 //                                    attrs block_rows (1|128), block_cols (128), pow2_scale (bool), colwise
 //                                    (bool, 1 x 128 blocks only)
+//   jax_moe_ffi_quantize_tiles_t   : x[..., R, C] in 128x128 tiles -> data (x's shape, or empty), data_t
+//                                    [..., C, R] = the codes transposed, scale[..., ceil(R/128), ceil(C/128)];
+//                                    attr pow2_scale
 //
 // The kernels quantise along the LAST axis, along axis -2 (colwise: the "columnwise" quantisation of a
 // GEMM rhs, without a transpose) or, for 128x128 tiles, over the last two; the Python wrapper moves any

@@ -8,6 +8,10 @@
 //                                    [..., R, ceil(C/128)]) or along R when colwise ([..., ceil(R/128), C]),
 //                                    or 128x128 tiles ([..., ceil(R/128), ceil(C/128)]); attrs block_rows,
 //                                    block_cols, pow2_scale, colwise
+//   jax_moe_ffi_quantize_tiles_t   : x[..., R, C] in 128x128 tiles -> data (x's shape, or empty when not
+//                                    wanted), data_t [..., C, R] (the codes transposed), scale f32 [...,
+//                                    ceil(R/128), ceil(C/128)]; attr pow2_scale. One pass: the FP8 GEMM's
+//                                    weight in both K-major orientations (forward and dgrad)
 //
 // Bit-identical to the CPU handlers. The block maximum is the integer maximum of the |x| bit patterns and
 // every scale is computed from those bits with the integer helpers of common/dtypes.h, as on the CPU (the
