@@ -265,6 +265,33 @@ def moe_decoder(stacked_params, x, top_k: int = 2, remat: bool = True):
     return h
 
 
+def capacity_moe_aux_losses(params, x, top_k: int = 2, capacity_factor: float = 1.25):
+    """`capacity_moe` that also returns its training losses from the *same* router tensors: the Switch
+    load-balancing loss (E * sum_e f_e P_e, f from the top-k one-hot mask, P from the probabilities) plus a
+    router z-loss (mean logsumexp(logits)^2), as Switch / ST-MoE style models write them. The pass must
+    rewrite the MoE while the mask, probabilities and logits keep these other users."""
+    t = x.shape[0]
+    e = params["w_gate"].shape[0]
+    logits = x.astype(jnp.float32) @ params["router"].astype(jnp.float32)
+    probs = jax.nn.softmax(logits, axis=-1)
+    weights, experts = jax.lax.top_k(probs, top_k)
+    weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    capacity = max(1, int(math.ceil(t * top_k / e * capacity_factor)))
+    mask = jax.nn.one_hot(experts, e, dtype=jnp.int32)  # [T, k, E]
+    pos = (jnp.cumsum(mask.reshape(t * top_k, e), axis=0) - 1).reshape(t, top_k, e)
+    keep = mask * (pos < capacity)
+    balance = e * jnp.sum(jnp.mean(mask.astype(jnp.float32), axis=(0, 1)) * jnp.mean(probs, axis=0))
+    z_loss = jnp.mean(jax.nn.logsumexp(logits, axis=-1) ** 2)
+    pos_1h = jax.nn.one_hot(jnp.sum(pos * keep, axis=-1), capacity, dtype=x.dtype)
+    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), pos_1h)
+    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), pos_1h, weights.astype(x.dtype))
+    xe = jnp.einsum("tec,td->ecd", dispatch, x)
+    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum(
+        "ecd,edf->ecf", xe, params["w_up"])
+    y = jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+    return y, balance + 1e-3 * z_loss
+
+
 def capacity_moe_bsec(params, x, top_k: int = 2, capacity_factor: float = 1.0, priority: str = "token"):
     """GShard with groups: x [G, S, D] (a [B, S, E, C] / [G, S, E, C] dispatch tensor), capacity per group.
 

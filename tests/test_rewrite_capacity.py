@@ -94,3 +94,26 @@ def test_other_capacity_rules_keep_the_models_count(variant):
     assert _rel(jax.jit(opt)(params, x), naive(params, x)) <= 1e-5
     notes = [n for site in jax_moe_ffi.explain(naive, params, x).sites for n in site.notes]
     assert any("computed as the model computes it" in n for n in notes), notes
+
+
+@settings(max_examples=3, deadline=None)
+@given(t=st.integers(8, 96), e=st.sampled_from([4, 8]), k=st.sampled_from([1, 2]), seed=st.integers(0, 2 ** 31 - 1))
+def test_capacity_layer_with_aux_losses_on_the_same_router_tensors(t, e, k, seed):
+    """The Switch balancing loss and a router z-loss read the mask, probabilities and logits the dispatch
+    uses: the site is still rewritten, exactly (outputs, the losses and every gradient)."""
+    p = M.init_moe_params(jax.random.PRNGKey(seed), 32, 16, e, jnp.float32)
+    x = jax.random.normal(jax.random.PRNGKey(seed + 1), (t, 32), jnp.float32)
+    fn = lambda p, x: M.capacity_moe_aux_losses(p, x, k)
+    rep = jax_moe_ffi.explain(fn, p, x)
+    assert len(rep.sites) == 1 and not rep.misses, rep
+    fast = jax_moe_ffi.optimize(fn, mode="exact")
+    (y0, a0), (y1, a1) = fn(p, x), fast(p, x)
+    assert _rel(y1, y0) <= 1e-5 and _rel(a1, a0) <= 1e-6
+    def loss(f):
+        def total(p, x):
+            y, aux = f(p, x)
+            return jnp.sum(jnp.sin(y)) + aux
+        return jax.jit(jax.grad(total, (0, 1)))
+
+    flat = lambda g: np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in jax.tree.leaves(g)])
+    assert _rel(flat(loss(fast)(p, x)), flat(loss(fn)(p, x))) <= 1e-5  # f32 rounding: as the other grad tests
