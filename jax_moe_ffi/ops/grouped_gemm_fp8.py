@@ -7,8 +7,9 @@ with the scales applied per 128-deep slice of the accumulation, f32 accumulation
 Backward: the incoming gradient is quantised (1 x 128 along N, E4M3 by default or E5M2) and the dgrad
 is the same FP8 kernel against the forward's weight quantisation (reused, not recomputed: 128 x 128
 tiles are the same along either axis). The kernel reads both operands K-major, so the weight is needed in
-both orientations; the forward's one quantisation pass writes the second one too (quantize_tiles_transposed). The weight gradient runs in bf16 (the ragged contraction over
-tokens would need 128-aligned groups for 1 x 128 token blocks) -- stated, not hidden.
+both orientations; the forward's one quantisation pass writes the second one too
+(quantize_tiles_transposed). The weight gradient runs in bf16 (the ragged contraction over tokens would
+need 128-aligned groups for 1 x 128 token blocks) -- stated, not hidden.
 
 recipe="mxfp8" (OCP MX v1.0, 1 x 32 blocks, E8M0 scales): Hopper has no MX tensor-core instruction.
 Operands are quantised to MXFP8 and dequantised to bf16 (E4M3 times a power of two is exact in bf16
