@@ -21,5 +21,6 @@ __version__ = "0.1.0"
 
 __all__ = ["grouped_matmul", "grouped_matmul_wgrad", "grouped_matmul_acc", "grouped_matmuls_shared_lhs", "moe_dispatch", "moe_combine", "MoeRouting",
            "ep_dispatch", "ep_combine", "EpRouting",
-           "QuantizedArray", "quantize", "quantize_tiles_transposed", "dequantize", "to_swizzled_scales", "from_swizzled_scales",
+           "QuantizedArray", "quantize", "quantize_tiles_transposed", "dequantize",
+           "to_swizzled_scales", "from_swizzled_scales",
            "reference", "runtime", "export_disabled_checks", "optimize", "explain", "Report"]
