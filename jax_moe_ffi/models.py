@@ -34,9 +34,29 @@ def _router(params, x, top_k):
     return weights, experts, probs
 
 
-def dense_moe(params, x, top_k: int = 2):
+ARGSORT_FORMS = ("neg", "descending", "rev", "last")
+
+
+def argsort_router(form: str = "neg"):
+    """`_router` with the top-k taken by jnp.argsort, as code ported from NumPy / PyTorch writes it:
+    argsort(-p)[:, :k] ("neg"), argsort(p, descending=True)[:, :k], argsort(p)[:, ::-1][:, :k] ("rev") or
+    argsort(p)[:, -k:] ("last": the same experts, the largest last); "strided" is not a top-k (a near-miss)."""
+    def router(params, x, top_k):
+        probs = jax.nn.softmax(x.astype(jnp.float32) @ params["router"].astype(jnp.float32), axis=-1)
+        experts = {"neg": lambda: jnp.argsort(-probs, axis=-1)[..., :top_k],
+                   "descending": lambda: jnp.argsort(probs, axis=-1, descending=True)[..., :top_k],
+                   "rev": lambda: jnp.argsort(probs, axis=-1)[..., ::-1][..., :top_k],
+                   "last": lambda: jnp.argsort(probs, axis=-1)[..., -top_k:],
+                   # every other one of the 2k best: distinct indices, but no top-k (the pass keeps it dense)
+                   "strided": lambda: jnp.argsort(-probs, axis=-1)[..., : 2 * top_k : 2]}[form]()
+        weights = jnp.take_along_axis(probs, experts, axis=-1)
+        return weights / jnp.sum(weights, axis=-1, keepdims=True), experts, probs
+    return router
+
+
+def dense_moe(params, x, top_k: int = 2, router=_router):
     """All-experts dense compute weighted by a top-k-sparse gate: E x the FLOPs of the routed work."""
-    weights, experts, _ = _router(params, x, top_k)
+    weights, experts, _ = router(params, x, top_k)
     e = params["w_gate"].shape[0]
     gate = jnp.sum(jax.nn.one_hot(experts, e, dtype=x.dtype) * weights[..., None].astype(x.dtype), axis=1)
     h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum(
@@ -45,10 +65,10 @@ def dense_moe(params, x, top_k: int = 2):
     return jnp.einsum("ted,te->td", y, gate)
 
 
-def capacity_moe(params, x, top_k: int = 2, capacity_factor: float = 1.25):
+def capacity_moe(params, x, top_k: int = 2, capacity_factor: float = 1.25, router=_router):
     """GShard/Switch capacity layer: one-hot [T,E,C] dispatch/combine einsums; overflow tokens dropped."""
     t = x.shape[0]
-    weights, experts, _ = _router(params, x, top_k)
+    weights, experts, _ = router(params, x, top_k)
     e = params["w_gate"].shape[0]
     capacity = max(1, int(math.ceil(t * top_k / e * capacity_factor)))
     mask = jax.nn.one_hot(experts, e, dtype=jnp.int32)  # [T, k, E]
@@ -325,13 +345,18 @@ def capacity_moe_grouped(params, x, top_k: int = 2, num_groups: int = 2, capacit
                              capacity_factor).reshape(t, d)
 
 
-def expert_choice_moe(params, x, capacity_factor: float = 1.0):
-    """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice."""
+def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
+    """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
+    argsort=True picks them with jnp.argsort over the token axis instead of top_k."""
     t = x.shape[0]
     e = params["w_gate"].shape[0]
     c = max(1, int(t * capacity_factor / e))
     probs = jax.nn.softmax(x @ params["router"], axis=-1)  # [T, E]
-    vals, idx = jax.lax.top_k(probs.T, c)  # [E, C] token ids
+    if argsort:
+        idx = jnp.argsort(-probs.T, axis=-1)[:, :c]
+        vals = jnp.take_along_axis(probs.T, idx, axis=-1)
+    else:
+        vals, idx = jax.lax.top_k(probs.T, c)  # [E, C] token ids
     disp = jax.nn.one_hot(idx, t, dtype=x.dtype)  # [E, C, T]
     xin = jnp.einsum("ect,td->ecd", disp, x)
     h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xin, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xin, params["w_up"])

@@ -78,7 +78,9 @@ POSITIVE = [
     ("capacity", partial(M.capacity_moe, capacity_factor=0.5), "capacity"),
     ("switch_top1_argmax", partial(M.switch_moe, capacity_factor=0.5), "capacity"),
     ("capacity_gsec", partial(M.capacity_moe_grouped, capacity_factor=0.75), "capacity"),
-]
+] + [(f"argsort_{f}", partial(M.dense_moe, router=M.argsort_router(f)), "dense") for f in M.ARGSORT_FORMS] + [
+    (f"capacity_argsort_{f}", partial(M.capacity_moe, capacity_factor=0.5, router=M.argsort_router(f)), "capacity")
+    for f in ("neg", "last")]
 
 
 @pytest.mark.parametrize("name,fn,family", POSITIVE, ids=[c[0] for c in POSITIVE])
@@ -236,6 +238,9 @@ def test_scan_over_layers_with_checkpoint():
 
 NEAR_MISSES = [
     ("expert_choice", M.expert_choice_moe, "expert-choice"),
+    ("expert_choice_argsort", partial(M.expert_choice_moe, argsort=True), "expert-choice"),
+    # every other expert of the sorted order: distinct indices, but not a recognised top-k (kept dense)
+    ("argsort_strided", partial(M.dense_moe, router=M.argsort_router("strided")), "no k-sparse gate"),
     ("soft_moe", M.soft_moe, "no k-sparse gate"),
     ("dense_no_gate", M.dense_mixture, "no k-sparse gate"),
     ("dense_softmax_weights", M.dense_softmax_mixture, "no k-sparse gate"),

@@ -19,7 +19,8 @@ Facts (per variable):
                     exp() turns it into `cons`
 A constraint's `off` records a one-hot sliced [off:] (MaxText's (C+1)-way position one-hot). A size-1
 category axis that disappears becomes a fixed column ("col", e) (family 4: `gate[:, e:e+1]`, `I == e`).
-Top-k index arrays (outputs of `top_k`/`approx_top_k`, and `argmax` as top-1) are the sources whose
+Top-k index arrays (outputs of `top_k`/`approx_top_k`, `argmax` as top-1, and a contiguous slice of
+`jnp.argsort`'s permutation along the sorted axis) are the sources whose
 constraints prove sparsity: their entries are distinct and in range. One-hots come from `eq(view, iota)`,
 scatters of top-k choices into zeros (`zeros.at[b, s, I].set(w)`) and jnp's index fix-ups are seen through.
 """
@@ -272,14 +273,80 @@ def operand_to_out(omap, operand):
 ROUTERS = TOPK + ("argmax",)
 
 
+def _through_aliases(v, prog):
+    """(the variable, the equation) that computes v, past the alias equations of inlined calls (e.g.
+    jnp.argsort's jit); the equation is None for inputs."""
+    e = prog.producer.get(v)
+    while e is not None and e.kind == "alias" and isinstance(e.ins[0], Var):
+        v = e.ins[0]
+        e = prog.producer.get(v)
+    return v, e
+
+
+def _unreversed(v, prog, ax):
+    """v past any reversals along axis `ax` only: (the variable, its equation)."""
+    v, e = _through_aliases(v, prog)
+    while e is not None and e.name == "rev" and tuple(d % v.ndim for d in e.params["dimensions"]) == (ax,) \
+            and isinstance(e.ins[0], Var):
+        v, e = _through_aliases(e.ins[0], prog)
+    return v, e
+
+
+def _permutation_axis(v, prog):
+    """The axis along which v is a permutation of 0 .. n-1: the indices output of a one-key `sort` of
+    (keys, iota along the sort axis) -- what jnp.argsort lowers to -- possibly reversed along that axis
+    (descending=True, [..., ::-1]); else None."""
+    _, e = _through_aliases(v, prog)
+    if e is not None and e.name == "rev" and len(e.params["dimensions"]) == 1:
+        ax = e.params["dimensions"][0] % v.ndim
+    elif e is not None and e.name == "sort":
+        ax = e.params["dimension"] % v.ndim
+    else:
+        return None
+    w, e = _unreversed(v, prog, ax)
+    if e is None or e.name != "sort" or e.params.get("num_keys", 1) != 1 or len(e.ins) != 2 \
+            or e.params["dimension"] % v.ndim != ax or w is not e.outs[1] or not isinstance(e.ins[1], Var):
+        return None
+    _, q = _unreversed(e.ins[1], prog, ax)  # the iota operand (reversed itself for descending=True)
+    if q is None or q.name != "iota" or q.params.get("dimension") != ax:
+        return None
+    return ax
+
+
+def _argsort_topk_axis(v, prog):
+    """The choice axis when v is jnp.argsort's permutation sliced to a contiguous range along the sorted
+    axis and kept whole along the others (`argsort(-s)[..., :k]`, `argsort(s)[..., -k:]`): like top_k's
+    indices, distinct and in range. Else None."""
+    e = prog.producer.get(v)
+    if e is None or e.name != "slice":
+        return None
+    src = e.ins[0]
+    ax = _permutation_axis(src, prog) if isinstance(src, Var) else None
+    if ax is None:
+        return None
+    st, li, sr = e.params["start_indices"], e.params["limit_indices"], e.params["strides"]
+    for a in range(src.ndim):
+        if (sr is not None and sr[a] != 1) or (a != ax and (st[a] != 0 or li[a] != src.shape[a])):
+            return None
+    return ax
+
+
 def is_topk_indices(v, prog):
-    """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1): distinct, in range."""
+    """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1; a slice of jnp.argsort):
+    distinct, in range."""
     e = prog.producer.get(v)
     if e is None:
         return False
     if e.name == "argmax":
         return len(e.params["axes"]) == 1
+    if e.name == "slice":
+        return _argsort_topk_axis(v, prog) is not None
     return e.name in TOPK and len(e.outs) == 2 and e.outs[1] is v
+
+
+def is_router_eqn(e, prog):
+    """An equation whose output is top-k indices (where the router ends)."""
+    return e.name in TOPK or (e.name in ("argmax", "slice") and is_topk_indices(e.outs[0], prog))
 
 
 def topk_info(v, prog):
@@ -287,6 +354,9 @@ def topk_info(v, prog):
     e = prog.producer[v]
     if e.name == "argmax":
         return e.ins[0].shape[e.params["axes"][0]], None, list(range(v.ndim))
+    if e.name == "slice":
+        ax = _argsort_topk_axis(v, prog)
+        return e.ins[0].shape[ax], ax, [a for a in range(v.ndim) if a != ax]
     ax = _topk_axis(e)
     return e.ins[0].shape[ax], ax, [a for a in range(v.ndim) if a != ax]
 

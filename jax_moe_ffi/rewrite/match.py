@@ -771,8 +771,7 @@ class Analyzer:
             return self._router
         prog = self.prog
         seen = set()
-        stack = [e for e in prog.flat if e.name in F.TOPK or
-                 (e.name == "argmax" and F.is_topk_indices(e.outs[0], prog))]
+        stack = [e for e in prog.flat if F.is_router_eqn(e, prog)]
         while stack and len(seen) < limit:
             q = stack.pop()
             if q in seen:
@@ -786,7 +785,7 @@ class Analyzer:
         """Expert-stacked dense contractions no site covers, with the best reason we have."""
         prog = self.prog
         router = self.router_eqns()
-        has_topk = any(e.name in F.TOPK for e in prog.flat)
+        has_topk = any(F.is_router_eqn(e, prog) and e.name != "argmax" for e in prog.flat)
         reported = {m["source"] for m in self.misses}
         gather_reason = self._expert_choice_reason()
         if gather_reason is not None:
