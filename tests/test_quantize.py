@@ -605,6 +605,15 @@ def test_tiles_transposed_matches_the_model_and_quantize_of_the_transpose(shape,
         assert q is None
 
 
+@pytest.mark.parametrize("shape", [(0, 128), (3, 0, 5), (2, 7, 0)])
+@pytest.mark.parametrize("plain", [False, True])
+def test_tiles_transposed_empty(shape, plain):
+    qt, q = jmf.quantize_tiles_transposed(jnp.zeros(shape, jnp.bfloat16), plain=plain)
+    assert qt.data.shape == shape[:-2] + (shape[-1], shape[-2]) and (q is not None) == plain
+    if plain:
+        assert q.data.shape == shape
+
+
 def test_tiles_transposed_errors():
     with pytest.raises(ValueError, match="rank >= 2"):
         jmf.quantize_tiles_transposed(jnp.ones((128,)))

@@ -62,7 +62,7 @@ inline ffi::Error check_quantize_call(const char* op, const ffi::AnyBuffer& x, f
 }
 
 // jax_moe_ffi_quantize_tiles_t: x [..., R, C] in 128 x 128 tiles; data_t [..., C, R] (the codes transposed)
-// and data either x's shape or empty (not wanted), both of one FP8 type; scale [..., ceil(R/128),
+// and data either x's shape or shape (0,) (not wanted), both of one FP8 type; scale [..., ceil(R/128),
 // ceil(C/128)] (the tiles of x, not of the transpose). Fills the view of x.
 inline ffi::Error check_quantize_tiles_t_call(const ffi::AnyBuffer& x, const ffi::AnyBuffer& data,
                                               const ffi::AnyBuffer& data_t, ffi::AnyBuffer::Dimensions sd,
@@ -78,7 +78,7 @@ inline ffi::Error check_quantize_tiles_t_call(const ffi::AnyBuffer& x, const ffi
   if (!ok)
     return invalid(std::string(op) + ": data_t must be x " + dims_str(xd) +
                    " with its last two axes swapped, got " + dims_str(td));
-  const bool plain = data.element_count() != 0 || x.element_count() == 0;
+  const bool plain = !(dd.size() == 1 && dd[0] == 0);  // shape (0,): not wanted (x has rank >= 2)
   bool same = dd.size() == rank;
   for (size_t i = 0; same && i < rank; ++i) same = dd[i] == xd[i];
   if ((plain && !same) || data.element_type() != data_t.element_type())

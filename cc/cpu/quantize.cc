@@ -365,7 +365,7 @@ ffi::Error QuantizeTilesTransposedCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuff
   const int64_t batch = v.batch, rows = v.rows, cols = v.cols;
   std::vector<uint8_t> tmp;
   uint8_t* out = static_cast<uint8_t*>(data->untyped_data());
-  if (data->element_count() == 0) {
+  if (data->dimensions().size() == 1 && data->dimensions()[0] == 0) {  // shape (0,): only data_t wanted
     tmp.resize(static_cast<size_t>(batch * rows * cols));
     out = tmp.data();
   }

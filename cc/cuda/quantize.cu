@@ -667,7 +667,8 @@ ffi::Error QuantizeTilesTransposedCuda(cudaStream_t stream, ffi::AnyBuffer x, ff
   QuantizeView v;
   if (auto e = check_quantize_tiles_t_call(x, *data, *data_t, scale->dimensions(), &v); e.failure()) return e;
   if (x.element_count() == 0) return ffi::Error::Success();
-  Job job{x.untyped_data(), data->element_count() ? data->untyped_data() : nullptr, scale->untyped_data(),
+  const bool plain = !(data->dimensions().size() == 1 && data->dimensions()[0] == 0);
+  Job job{x.untyped_data(), plain ? data->untyped_data() : nullptr, scale->untyped_data(),
           v.batch, v.rows, v.cols, data_t->untyped_data()};
   return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
     using In = decltype(in_tag);
