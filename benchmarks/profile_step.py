@@ -4,7 +4,8 @@ kernels whose time differs most between the first variant and each other one.
 
   python benchmarks/profile_step.py --variants ours_exact,ours_exact_save [--steps 5] [--layers 4]
   python benchmarks/profile_step.py --tiny --steps 2           # CPU smoke run (no GPU planes: empty table)
-  python benchmarks/profile_step.py --variants ours_exact,xla_ragged_dot --dump-hlo /tmp/hlo   # + optimized HLO
+  python benchmarks/profile_step.py --variants ours_exact,naive --dump-hlo /tmp/hlo   # + optimized HLO
+  (xla_ragged_dot asks for ~100 GiB at these shapes: out of memory on an H200 next to other variants)
 
 Kernels are grouped by name with digits dropped (XLA numbers its fusions per module: `loop_add_fusion.12`
 and `loop_add_fusion.7` are one row), so the comparison is by kind of kernel. Writes
