@@ -243,7 +243,7 @@ def _fallback_warnings(monkeypatch, fn, *args):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(_registry, "cuda_targets", tuple(_registry.cuda_targets) + (
         fp8.FP8_TARGET, "jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_wgrad",
-        "jax_moe_ffi_quantize_blockwise"))
+        "jax_moe_ffi_quantize_blockwise", "jax_moe_ffi_quantize_tiles_t"))
     monkeypatch.setattr(_common, "_warned", set())
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")

@@ -128,3 +128,12 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
 
     return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda_branch),
                                       default=same(fallback_other))
+
+
+def ffi_on_platforms(target: str, ffi_fn, fallback_fn, *args):
+    """The same FFI call on CPU and CUDA (one signature on both); the pure-JAX `fallback_fn` on a GPU
+    without the CUDA library (said once) and on other platforms."""
+    from jax_moe_ffi import _registry
+    unusable = None if target in _registry.cuda_targets else \
+        f"the CUDA library is not loaded ({_registry.cuda_load_error})"
+    return on_platforms(target, args, cpu=ffi_fn, cuda=ffi_fn, fallback=fallback_fn, cuda_unusable=unusable)

@@ -124,10 +124,7 @@ def _plan_chunk(p: int) -> int:
 
 # ----------------------------------------------------------------------------- platform routing
 def _on_platforms(ffi_fn, fallback_fn, target: str, *args):
-    """The same FFI call on CPU and CUDA (one signature on both); pure JAX on GPU without the library."""
-    unusable = None if target in _registry.cuda_targets else \
-        f"the CUDA library is not loaded ({_registry.cuda_load_error})"
-    return c.on_platforms(target, args, cpu=ffi_fn, cuda=ffi_fn, fallback=fallback_fn, cuda_unusable=unusable)
+    return c.ffi_on_platforms(target, ffi_fn, fallback_fn, *args)
 
 
 # ------------------------------------------------------------------------------------ FFI calls

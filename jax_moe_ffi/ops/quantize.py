@@ -163,17 +163,7 @@ def _check_x(x, tiles: bool):
 
 # ------------------------------------------------------------------------------- platform routing
 def _on_platforms(ffi_fn, fallback_fn, target: str, *args):
-    """The FFI call on CPU, and on CUDA when the library is loaded; else the pure-JAX reference, said once."""
-    if target in _registry.cuda_targets:
-        return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=ffi_fn, default=fallback_fn)
-
-    def cuda_branch(*a):
-        if jax.default_backend() == "gpu":  # this branch is traced on every platform; warn where it runs
-            c.warn_once(target, f"jax_moe_ffi: {target} uses the pure-JAX reference on GPU because the CUDA "
-                                f"library is not loaded ({_registry.cuda_load_error})")
-        return fallback_fn(*a)
-
-    return jax.lax.platform_dependent(*args, cpu=ffi_fn, cuda=cuda_branch, default=fallback_fn)
+    return c.ffi_on_platforms(target, ffi_fn, fallback_fn, *args)
 
 
 def _colwise_fallback(fn):
