@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,profilestep>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,trainflags,profilestep>" [bench args]
 # Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS, QUANTIZE_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -177,6 +177,17 @@ if [[ ",$what," == *",train,"* ]]; then
   log "benchmark training step"
   timeout ${T_TRAIN:-500} python3 benchmarks/train_step.py ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step.log" | tail -15
   cp benchmarks/results/train_step*_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",trainflags,"* ]]; then
+  # The train step under XLA flag sets (session 7's A/B): XLA's defaults, command buffers off,
+  # runtime.xla_flags(), and that plus while-loop double buffering.
+  rt=$(python3 -c "from jax_moe_ffi import runtime; print(' '.join(runtime.xla_flags()))" 2>/dev/null)
+  for cfg in "a|" "b|--xla_gpu_enable_command_buffer=" "c|$rt" "d|$rt --xla_gpu_enable_while_loop_double_buffering=true"; do
+    n=${cfg%%|*}; f=${cfg#*|}; log "train step, XLA_FLAGS=$f"
+    XLA_FLAGS="$f" timeout ${T_TRAINFLAGS:-120} python3 benchmarks/train_step.py --variants ${TRAINFLAGS_VARIANTS:-ours_exact,ours} \
+      --out train_step_flags_${n}_h200 2>&1 | grep "ms/step\|FAILED" | tee -a "$OUT/train_step_flags.log"
+  done
+  cp benchmarks/results/train_step_flags_*_h200.json "$OUT/" 2>/dev/null
 fi
 if [[ ",$what," == *",profilestep,"* ]]; then
   log "per-kernel profile of the training step, variant against variant"

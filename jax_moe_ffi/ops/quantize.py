@@ -57,7 +57,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_moe_ffi import _registry
 from jax_moe_ffi.ops import _common as c
 
 MXFP8_TARGET = "jax_moe_ffi_quantize_mxfp8"
