@@ -91,7 +91,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
            "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
-           "OFFLOAD_MODES", "offload_mode", "moe_remat_policy",
+           "OFFLOAD_MODES", "offload_mode", "offload_placement", "moe_remat_policy",
            "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
            "device_peak_bytes", "lowered_text"]
 
@@ -357,27 +357,50 @@ OFFLOAD_MODES = {"pinned_host": ("moe_dispatched_rows", "moe_expert_out"),
                  "device": ("moe_dispatched_rows", "moe_expert_hidden")}
 
 
+def _space(v, where):
+    if v is True or v in ("host", "pinned_host"):
+        return "pinned_host"
+    if v == "device":
+        return "device"
+    raise ValueError(f"optimize: offload{where} must be 'pinned_host' (or True / 'host') or 'device', got {v!r}")
+
+
 def offload_mode(offload):
-    """optimize's `offload` argument as None, "pinned_host" or "device" (True and "host" mean
-    "pinned_host"); anything else is a ValueError naming the argument."""
+    """optimize's `offload` argument as None, "pinned_host", "device" (True and "host" mean "pinned_host") or,
+    for a mapping {tag name: "pinned_host" | "device"} over OFFLOAD_NAMES (e.g. only the dispatched rows to
+    the host, the GEMM outputs kept on the device), a sorted tuple of (name, space) pairs (hashable);
+    anything else is a ValueError naming the argument."""
     if offload is None or offload is False:
         return None
-    if offload is True or offload in ("host", "pinned_host"):
-        return "pinned_host"
-    if offload == "device":
-        return "device"
-    raise ValueError(f"optimize: offload must be None, 'pinned_host' (or True / 'host') or 'device', got {offload!r}")
+    if isinstance(offload, dict) or (isinstance(offload, tuple) and all(isinstance(p, tuple) for p in offload)):
+        items = dict(offload)
+        bad = sorted(set(items) - set(OFFLOAD_NAMES))
+        if bad or not items:
+            raise ValueError(f"optimize: offload mapping keys must be tag names from {OFFLOAD_NAMES}, got "
+                             f"{sorted(items) if items else 'an empty mapping'}")
+        return tuple(sorted((n, _space(v, f"[{n!r}]")) for n, v in items.items()))
+    return _space(offload, "")
+
+
+def offload_placement(offload) -> dict:
+    """{tag name: "pinned_host" | "device"} that `offload` (anything offload_mode accepts but None) means."""
+    mode = offload_mode(offload)
+    if mode is None:
+        raise ValueError("offload is off (None)")
+    if isinstance(mode, tuple):
+        return dict(mode)
+    return {n: mode for n in OFFLOAD_MODES[mode]}
 
 
 def moe_remat_policy(offload, base=None):
-    """The ``jax.checkpoint`` policy for `offload` (see OFFLOAD_MODES): the tagged MoE names are offloaded to
-    ``pinned_host`` or saved on the device; every other primitive is decided by `base` (a checkpoint policy;
-    None: recomputed, ``jax.checkpoint``'s default)."""
-    mode = offload_mode(offload)
-    if mode is None:
+    """The ``jax.checkpoint`` policy for `offload` (see OFFLOAD_MODES and offload_mode): the tagged MoE names are
+    offloaded to ``pinned_host`` or saved on the device; every other primitive is decided by `base` (a
+    checkpoint policy; None: recomputed, ``jax.checkpoint``'s default)."""
+    if offload_mode(offload) is None:
         raise ValueError("moe_remat_policy: offload is off (None)")
-    names = OFFLOAD_MODES[mode]
-    moe = offload_policy(names) if mode == "pinned_host" else offload_policy((), save=names)
+    place = offload_placement(offload)
+    moe = offload_policy([n for n, v in place.items() if v == "pinned_host"],
+                         save=[n for n, v in place.items() if v == "device"])
     untagged = moe(None)  # the upstream policy's answer for a primitive it does not name
     if base is None:
         return moe

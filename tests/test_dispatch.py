@@ -322,6 +322,38 @@ def test_dispatch_backward_is_unweighted_combine():
     assert rel_err(dx, want) <= 1e-6
 
 
+@settings(max_examples=15, deadline=None)
+@given(t=st.integers(0, 24), k=st.integers(1, 3), e=st.integers(1, 6), d=st.sampled_from([1, 5, 8]),
+       capacity=st.sampled_from([None, 1, 3]), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**31))
+def test_unweighted_combine_and_its_gather_backward(t, k, e, d, capacity, dtype, seed):
+    """moe_combine(rows, routing, None) = sum over a token's kept rows; its VJP gathers the cotangent to every
+    kept row (padding and dropped rows get 0); checked against loops over the plan, on fresh random inputs."""
+    rng = np.random.default_rng(seed)
+    x = random_x(rng, t, d, jnp.float32)
+    ids = random_ids(rng, t, k, e, 0.1)
+    rows, _, routing = jmf.moe_dispatch(x, ids, e, capacity=capacity, align=4)
+    r = jnp.asarray(rng.standard_normal(rows.shape), dtype)
+    cot = jnp.asarray(rng.standard_normal((t, d)), dtype)
+    y, vjp = jax.vjp(lambda r: jmf.moe_combine(r, routing, None), r)
+    (dr,) = vjp(cot)
+    pos, rp = np.asarray(routing.pos), np.asarray(routing.row_pair)
+    rr, cc = np.asarray(r, np.float32), np.asarray(cot, np.float32)
+    want_y = np.zeros((t, d), np.float32)
+    for tt in range(t):
+        for j in range(k):
+            if pos[tt, j] >= 0:
+                want_y[tt] += rr[pos[tt, j]]
+    want_dr = np.zeros(rr.shape, np.float32)
+    for row in np.nonzero(rp >= 0)[0]:
+        want_dr[row] = cc[rp[row] // k]
+    assert y.dtype == dtype and dr.dtype == dtype
+    assert rel_err(y, want_y) <= TOL[dtype]
+    assert np.array_equal(np.asarray(dr, np.float32), want_dr)  # a gather: exact
+    if t:
+        w1 = jmf.moe_combine(r, routing, jnp.ones((t, k), jnp.float32))  # the same as weights of one
+        assert rel_err(y, w1) <= TOL[dtype]
+
+
 def test_scaled_dispatch_target():
     """The `scale` operand of the dispatch target (rows[r] = scale[p] * x[t]), kept for the pass and FP8."""
     from jax_moe_ffi.ops.dispatch import _dispatch_call

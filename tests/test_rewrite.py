@@ -215,6 +215,34 @@ def test_grad_matches(fn):
     assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
 
 
+@pytest.mark.parametrize("fn,folds", [(M.dense_moe, True), (partial(M.capacity_moe, capacity_factor=0.5), True),
+                                      (M.gather_moe, False), (M.dense_moe_bias, False)],
+                         ids=["dense", "capacity", "gather", "bias_after_down"])
+def test_combine_weights_folded_into_the_last_gemm_only_where_linear(fn, folds, monkeypatch):
+    """With no op but linear ones after the down GEMM, the combine weights scale its lhs rows and the combine
+    is a plain sum (no combine_bwd kernel in the backward); a bias / scale after the GEMM, or a weighting the
+    matcher sees as a reduction (take_along_axis then sum), keeps the weighted
+    combine. Both ways match the model, values and gradients, on fresh inputs; the A/B switch turns it off."""
+    seed = _seed()
+    p, x = _inputs(seed)
+
+    def loss(p, x):
+        return jnp.sum(jnp.sin(fn(p, x)) * x)
+
+    note = "combine weights folded"
+    assert any(note in n for s in explain(fn, p, x).sites for n in s.notes) == folds
+    g0 = jax.grad(loss, argnums=(0, 1))(p, x)
+    weighted_bwd = {}
+    for env in ("1", "0"):
+        monkeypatch.setenv("JAX_MOE_FFI_FOLD_COMBINE_WEIGHTS", env)
+        step = jax.jit(jax.grad(optimize(loss), argnums=(0, 1)))
+        g1 = step(p, x)
+        assert tree_rel(g1, g0) <= 1e-5, (env, seed, tree_rel(g1, g0))
+        weighted_bwd[env] = "jax_moe_ffi_combine_bwd" in step.lower(p, x).as_text()
+    if EM._ops() is not None:
+        assert weighted_bwd == ({"1": False, "0": True} if folds else {"1": weighted_bwd["0"], "0": weighted_bwd["0"]})
+
+
 def test_scan_over_layers_with_checkpoint():
     seed = _seed()
     keys = jax.random.split(jax.random.key(seed), 3)

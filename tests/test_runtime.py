@@ -369,7 +369,19 @@ def test_moe_remat_policy_adds_the_tags_to_the_regions_own_policy():
     assert rt.offload_mode(True) == rt.offload_mode("host") == "pinned_host" and rt.offload_mode(None) is None
     with pytest.raises(ValueError, match="offload"):
         rt.offload_mode("nvme")
+    mixed = {"moe_expert_out": "pinned_host", "moe_expert_hidden": "device"}  # per-name placement
+    assert rt.offload_mode(mixed) == (("moe_expert_hidden", "device"), ("moe_expert_out", "pinned_host"))
+    assert rt.offload_placement(rt.offload_mode(mixed)) == mixed
+    mix = saved_residuals(jax.checkpoint(f, policy=rt.moe_remat_policy(mixed)), w, x)
+    on_host = [a for a, _ in mix if getattr(a, "memory_space", None) == jax.memory.Space.Host]
+    on_dev = [d for a, d in mix if getattr(a, "memory_space", None) != jax.memory.Space.Host]
+    assert len(on_host) == 1 and any("jax_moe_ffi/moe_expert_hidden" in d for d in on_dev), mix
+    for bad, needle in (({"moe_router": "device"}, "tag names"), ({}, "empty"),
+                        ({"moe_expert_out": "disk"}, r"offload\['moe_expert_out'\]")):
+        with pytest.raises(ValueError, match=needle):
+            rt.offload_mode(bad)
     g0 = jax.grad(f, (0, 1))(w, x)
-    for pol in (rt.moe_remat_policy("device", base=base), rt.moe_remat_policy("pinned_host", base=base)):
+    for pol in (rt.moe_remat_policy("device", base=base), rt.moe_remat_policy("pinned_host", base=base),
+                rt.moe_remat_policy(mixed)):
         for a, b in zip(jax.grad(jax.checkpoint(f, policy=pol), (0, 1))(w, x), g0):
             np.testing.assert_allclose(a, b, rtol=1e-5)

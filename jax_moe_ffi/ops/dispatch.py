@@ -249,12 +249,28 @@ def _dispatch_rows_fwd(x, routing):
 
 def _dispatch_rows_bwd(routing, drows):
     # Un-weighted combine: each token sums the cotangents of its kept rows (padding rows are ignored).
-    ones = jnp.ones(routing.pos.shape, jnp.float32)
-    dx = _combine(drows, routing, ones)
-    return dx, _routing_cotangent(routing)
+    return _combine_sum(drows, routing), _routing_cotangent(routing)
 
 
 _dispatch_rows.defvjp(_dispatch_rows_fwd, _dispatch_rows_bwd)
+
+
+@jax.custom_vjp
+def _combine_sum(rows, routing):
+    """The un-weighted combine; its backward is the dispatch gather of the cotangent (the two are adjoint),
+    with no read of `rows` (the weighted combine's backward reads them for dw)."""
+    return _combine_call(rows, routing.pos, jnp.ones(routing.pos.shape, jnp.float32))
+
+
+def _combine_sum_fwd(rows, routing):
+    return _combine_sum(rows, routing), routing
+
+
+def _combine_sum_bwd(routing, dy):
+    return _dispatch_rows(dy, routing), _routing_cotangent(routing)
+
+
+_combine_sum.defvjp(_combine_sum_fwd, _combine_sum_bwd)
 
 
 @jax.custom_vjp
@@ -358,19 +374,23 @@ def moe_dispatch(x, expert_ids, num_experts: int, *, capacity: int | None = None
 def moe_combine(rows, routing: MoeRouting, weights):
     """y[t] = sum_j weights[t, j] * rows[routing.pos[t, j]] over kept pairs: [T, D], rows' dtype.
 
-    float32 accumulation in choice order, deterministic; dropped pairs contribute 0.
+    float32 accumulation in choice order, deterministic; dropped pairs contribute 0. ``weights=None``: the
+    plain sum (weights already applied to the rows); its backward is the dispatch gather of the cotangent
+    and reads no rows.
     """
     op = "moe_combine"
     if not isinstance(routing, MoeRouting):
         raise TypeError(f"{op}: `routing` must be the MoeRouting returned by moe_dispatch, got {type(routing).__name__}")
     rows = jnp.asarray(rows)
-    weights = jnp.asarray(weights)
     c.check_rank(op, "rows", rows, 2, "[R, D]")
     c.check_float(op, "rows", rows)
-    c.check_rank(op, "weights", weights, 2, "[T, k]")
-    c.check_float(op, "weights", weights)
     if rows.shape[0] != routing.num_rows:
         raise ValueError(f"{op}: `rows` {tuple(rows.shape)} must have the routing's R = {routing.num_rows} rows")
+    if weights is None:
+        return _combine_sum(rows, routing)
+    weights = jnp.asarray(weights)
+    c.check_rank(op, "weights", weights, 2, "[T, k]")
+    c.check_float(op, "weights", weights)
     if weights.shape != routing.pos.shape:
         raise ValueError(f"{op}: `weights` {tuple(weights.shape)} must be [T, k] = {tuple(routing.pos.shape)}")
     y = _combine(rows, routing, weights.astype(jnp.float32))

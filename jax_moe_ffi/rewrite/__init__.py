@@ -32,7 +32,7 @@ def _check_opts(mode, recipe, offload, streams):
         raise ValueError(f"optimize: recipe must be one of {RECIPES}, got {recipe!r}")
     del streams
     from jax_moe_ffi import runtime
-    return runtime.offload_mode(offload)  # None, "pinned_host" or "device"; ValueError otherwise
+    return runtime.offload_mode(offload)  # None, "pinned_host", "device" or ((name, space), ...); else ValueError
 
 
 def _is_array(x):
@@ -101,7 +101,9 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
     recipe: None (expert GEMMs in the model's dtype), "blockwise" (FP8 E4M3 with 1 x 128 / 128 x 128 float32
       scales: the fast Hopper path) or "mxfp8" (OCP MX operands, multiplied in bf16 on Hopper). FP8 changes
       the numerics by FP8 rounding, so mode="exact" then means exact routing and drops, not exact values.
-    offload: None, "pinned_host" (True and "host" say the same) or "device". The dispatched rows and the expert
+    offload: None, "pinned_host" (True and "host" say the same), "device", or a mapping {tag: "pinned_host" |
+      "device"} over runtime.OFFLOAD_NAMES (e.g. {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden":
+      "device"}: only the rows cross PCIe). The dispatched rows and the expert
       GEMM outputs are tagged (runtime.tag), and every `jax.checkpoint` region of `fn` that holds a site keeps its
       own policy for everything else but, for the tags, "pinned_host" offloads the dispatched rows and expert
       outputs to host memory and "device" saves the dispatched rows and expert GEMM outputs on the device (the
@@ -171,6 +173,9 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                          + ("a lax.scan body with no jax.checkpoint around the site stacks them for the backward"
                             if EM.residuals_stacked(s.path or "") else f"offload={offload!r} saves them")
                          + ", and XLA's GPU dynamic-slice fusion would otherwise clone their custom calls")
+        if EM.fold_target(s, prog) is not None:
+            extra.append("combine weights folded into the last expert GEMM's lhs rows (sum_j w_j (h_j W) = "
+                         "sum_j (w_j h_j) W): the combine is a plain sum and its backward a gather")
         extra = [n for n in extra if n not in s.notes]
         sites.append(SiteReport(family=s.family, E=s.E, k=s.k, capacity=s.C, tokens=s.token_shape,
                                 shapes=s.shapes, source=s.source, path=s.path, flops_before=s.flops_before,
@@ -202,15 +207,18 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                      + "; values differ from the model by FP8 rounding")
     if offload is not None:
         from jax_moe_ffi import runtime
-        names = ", ".join(runtime.PREFIX + n for n in runtime.OFFLOAD_MODES[offload])
-        what = ("offloaded to pinned host memory" if offload == "pinned_host"
-                else "saved on the device (the backward recomputes no expert GEMM)")
+        place = runtime.offload_placement(offload)
+        what_of = {"pinned_host": "offloaded to pinned host memory",
+                   "device": "saved on the device" + (" (the backward recomputes no expert GEMM)"
+                                                      if offload == "device" else "")}
+        what = "; ".join(", ".join(runtime.PREFIX + n for n in sorted(place) if place[n] == sp) + " are " + what_of[sp]
+                         for sp in ("pinned_host", "device") if sp in place.values())
         remats = [p for p in plan.all_plans() if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
         where = (f"in the {len(remats)} jax.checkpoint region(s) of the function that hold a site, on top of "
                  "each region's own policy" if remats else
                  "no jax.checkpoint region of the function holds a site: wrap the layer in "
                  "jax.checkpoint(fast, policy=fast.offload_policy)")
-        notes.append(f"offload={offload!r}: {names} are {what}; {where}")
+        notes.append(f"offload={offload!r}: {what}; {where}")
     if streams and any(p.sites for p in plan.all_plans()):
         from jax_moe_ffi.rewrite import interp
         side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]

@@ -82,16 +82,57 @@ def route(ids, num_experts, keep=None, x=None):
 
 
 def combine(rows, routing, weights):
-    """y[t] = sum_j w[t, j] * rows[pos[t, j]] over kept pairs; rows' dtype."""
+    """y[t] = sum_j w[t, j] * rows[pos[t, j]] over kept pairs; rows' dtype. weights=None: the plain sum (the
+    weights were folded into the rows already)."""
     d = _ops()
     if d is not None and routing.native is not None and np.dtype(rows.dtype) in (
             np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16)):
-        return d.moe_combine(rows, routing.native, weights.astype(jnp.float32))
+        return d.moe_combine(rows, routing.native, None if weights is None else weights.astype(jnp.float32))
     pos = routing.pos
     valid = pos >= 0
     g = rows[jnp.maximum(pos, 0)].astype(jnp.float32)  # [T, k, D]
-    contrib = jnp.where(valid[..., None], weights.astype(jnp.float32)[..., None] * g, 0.0)
+    if weights is not None:
+        g = weights.astype(jnp.float32)[..., None] * g
+    contrib = jnp.where(valid[..., None], g, 0.0)
     return contrib.sum(axis=1).astype(rows.dtype)
+
+
+# Ops between the last expert GEMM and the combined rows that commute with scaling a row by a number.
+_ROW_LINEAR = {"convert_element_type", "reshape", "transpose", "squeeze", "copy", "copy_p", "alias",
+               "sharding_constraint"}
+
+
+def fold_target(site, prog):
+    """The expert GEMM whose rows can take the combine weights before it, or None.
+
+    sum_j w_j * (h_j @ W_e) = sum_j (w_j * h_j) @ W_e: scaling the last GEMM's lhs rows instead of its output
+    lets the combine be a plain sum, whose backward is a gather of the output cotangent. The weighted
+    combine's backward also reads every expert output row to form dw ([rows, D] in bf16: 268 MB at the
+    Qwen3 layer shape); folded, dw = <d(w h), h> comes from the GEMM's narrower lhs (width F, not D) inside
+    the backward's elementwise fusion. Only when every op from the GEMM to the combined rows is linear per
+    row (a bias or activation after the GEMM would not commute) and no other op reads the values on the way.
+    JAX_MOE_FFI_FOLD_COMBINE_WEIGHTS=0 turns it off (A/B runs)."""
+    if os.environ.get("JAX_MOE_FFI_FOLD_COMBINE_WEIGHTS", "1") == "0":
+        return None
+    if site.weights_operand is None or site.rows_operand is None or site.root_kind != "dot":
+        return None
+    if any(L is not None and L[0] == "J" for L in site.out_labels):
+        return None  # per-choice outputs: no sum over choices
+    v = site.rows_operand
+    if not isinstance(v, Var) or len(prog.uses(v)) != 1:
+        return None
+    for _ in range(16):
+        if not isinstance(v, Var) or prog.is_output(v) or len(prog.uses(v)) != 1:
+            return None  # another op reads the value: it must not see scaled rows
+        e = prog.producer.get(v)
+        if e is None:
+            return None
+        if e.name == "dot_general":
+            return e if e in site.gemms and len(e.outs) == 1 else None
+        if e.name not in _ROW_LINEAR or len(e.ins) != 1 or len(e.outs) != 1:
+            return None
+        v = e.ins[0]
+    return None
 
 
 # ------------------------------------------------------------------------------------ rows form
@@ -139,6 +180,7 @@ class RowEval:
         self.gemm_done = {}  # expert GEMMs already computed with a sibling sharing their lhs
         self.facts = facts
         self.read_stacked = read_stacked
+        self.scale_lhs = {}  # GEMM eqn -> per-row factor [n] applied to its lhs rows (fold_target)
         if primary_rows is not None and site.primary is not None:
             self.memo[site.primary] = primary_rows
 
@@ -413,11 +455,12 @@ class RowEval:
         """The site's expert GEMMs whose lhs rows are built exactly as e's (same rows value, same
         contraction order): e.g. separate gate and up projections. They run as one
         `grouped_matmuls_shared_lhs` call, whose backward sums their lhs gradients in the GEMM epilogue."""
-        if self.recipe is not None:
+        if self.recipe is not None or e in self.scale_lhs:
             return [(e, plan)]
         key = lambda p: (p["rows_from"], tuple(p["pc"]), p["K"])
         return [(e, plan)] + [(e2, p2) for e2, p2 in self.site.gemms.items()
-                              if e2 is not e and e2 not in self.gemm_done and key(p2) == key(plan)]
+                              if e2 is not e and e2 not in self.gemm_done and e2 not in self.scale_lhs
+                              and key(p2) == key(plan)]
 
     def _gemm(self, e, plan):
         from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmuls_shared_lhs
@@ -428,6 +471,8 @@ class RowEval:
         group = self._shared_lhs_gemms(e, plan)
         ops = [self._gemm_operands(e_, p_) for e_, p_ in group]
         lhs = ops[0][0]
+        if e in self.scale_lhs:  # the combine weights, folded (fold_target); f32 product, rounded once
+            lhs = (lhs.astype(jnp.float32) * self.scale_lhs[e][:, None]).astype(lhs.dtype)
         if len(group) > 1:
             outs = grouped_matmuls_shared_lhs(lhs, [o[1] for o in ops], self.gs,
                                               transpose_rhs=[o[2] for o in ops],
@@ -563,6 +608,9 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
                  facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"),
                  tag=(lambda x, name: _tagged(lax.optimization_barrier(x), name, options)) if guard else None)
+    folded = fold_target(site, prog) if site.rows_operand is not None else None
+    if folded is not None:  # w at each row's pair; 0 on padding rows (their GEMM rows are zero anyway)
+        re.scale_lhs[folded] = jnp.where(rp >= 0, w.astype(jnp.float32).reshape(-1)[jnp.maximum(rp, 0)], 0.0)
     if site.rows_operand is not None:
         rows = re.full(re.rows(site.rows_operand), site.rows_operand)
         if site.gather_perm is not None:
@@ -588,7 +636,10 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         y = jnp.where((pos >= 0).reshape((t, k) + (1,) * len(oshape)), wk * g, 0.0).astype(rows.dtype)
         y = y.reshape(tshape + (k,) + oshape)
     else:
-        y = _placed(lambda r, w: combine(r, routing, w), options)(rows.reshape(n, -1), w)
+        if folded is not None:
+            y = _placed(lambda r: combine(r, routing, None), options)(rows.reshape(n, -1))
+        else:
+            y = _placed(lambda r, w: combine(r, routing, w), options)(rows.reshape(n, -1), w)
         y = y.reshape(tshape + oshape)
     src = []
     u = 0
