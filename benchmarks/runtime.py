@@ -2,7 +2,8 @@
 expert) through `optimize`, as `ours` (plain), `ours_streams` (streams=True with runtime.apply_xla_flags),
 `ours_offload` (offload tags + the pinned-host remat policy on the scanned layer), `ours_save` (the same
 layer with offload="device": the tagged rows and expert GEMM outputs stay on the device) and
-`ours_offload_rows` (only the dispatched rows to the host, the GEMM outputs saved), forward+backward.
+`ours_offload_rows` / `ours_offload_hidden` (only the dispatched rows, or only the GEMM outputs, to the host;
+the other tag saved on the device), forward+backward.
 Rows carry ms, peak_bytes (compiled memory analysis) and offloaded_bytes.
 
   python benchmarks/runtime.py                 # GPU (deepseek-v3-ep8-local layer shape, 4 layers, bf16)
@@ -30,11 +31,13 @@ from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backen
 # name -> (optimize(streams=), optimize(offload=))
 # ours_save: offload="device", the same tags kept on the device (no expert GEMM recomputed in the backward): the
 # memory that ours_offload moves to the host, and the step time without any transfer.
-# ours_offload_rows: only the dispatched rows go to the host, the expert GEMM outputs stay on the device (as in
-# ours_save): fewer bytes over PCIe than ours_offload, and no expert GEMM recomputed.
+# ours_offload_rows / ours_offload_hidden: only the dispatched rows (or only the expert GEMM outputs) go to the
+# host, the other tag stays on the device as in ours_save: fewer bytes over PCIe than ours_offload, and no
+# expert GEMM recomputed.
 VARIANTS = {"ours": (False, None), "ours_streams": (True, None), "ours_offload": (False, "pinned_host"),
             "ours_save": (False, "device"),
-            "ours_offload_rows": (False, {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden": "device"})}
+            "ours_offload_rows": (False, {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden": "device"}),
+            "ours_offload_hidden": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "pinned_host"})}
 
 
 def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False):

@@ -570,3 +570,11 @@ def test_gpu_matches_reference(dtype, d):
         g = jax.grad(loss(jmf.moe_dispatch, jmf.moe_combine), argnums=(0, 1))(x, w)
         r = jax.grad(loss(ref.moe_dispatch_reference, ref.moe_combine_reference), argnums=(0, 1))(x, w)
         assert rel_err(g[0], r[0]) <= TOL[dtype] and rel_err(g[1], r[1]) <= TOL[dtype]
+        # the un-weighted combine (weights folded into the rows): value, and its VJP (the dispatch gather)
+        ones = jnp.ones((t, k), jnp.float32)
+        ys, vjp = jax.vjp(lambda rr: jmf.moe_combine(rr, routing, None), rows)
+        assert rel_err(ys, ref.moe_combine_reference(rows_r, routing_r, ones)) <= TOL[dtype]
+        cot_y = cot.astype(dtype)
+        (dr,) = vjp(cot_y)
+        dr_ref = jax.vjp(lambda rr: ref.moe_combine_reference(rr, routing_r, ones), rows_r)[1](cot_y)[0]
+        np.testing.assert_array_equal(np.asarray(dr, np.float32), np.asarray(dr_ref, np.float32))
