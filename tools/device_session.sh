@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,trainflags,profilestep>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,trainflags,profilestep,ncu>" [bench args]
 # Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS, QUANTIZE_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -194,6 +194,22 @@ if [[ ",$what," == *",profilestep,"* ]]; then
   timeout ${T_PROFILESTEP:-240} python3 benchmarks/profile_step.py ${PROFILESTEP_ARGS:-} 2>&1 | tee "$OUT/profile_step.log" \
     | grep -v "^W1" | tail -60
   cp benchmarks/results/profile_step_h200.json "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",ncu,"* ]]; then
+  # Nsight Compute counters (clocks left alone, METHOD.md) for one launch of each grouped GEMM kernel, ours and
+  # torch._grouped_mm's, at NCU_CASES (tools/ncu_gemm_probe.py); text reports in $OUT/ncu_*.txt
+  IFS=';' read -ra cases <<< "${NCU_CASES:-qwen3-30b-a3b gate_up;qwen3-30b-a3b down}"
+  for c in "${cases[@]}"; do
+    for who in ours torch; do
+      log "ncu $who $c"
+      timeout ${T_NCU:-150} ncu --clock-control none --target-processes all -k regex:device_kernel --launch-skip 3 \
+        --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section LaunchStats --section Occupancy python3 tools/ncu_gemm_probe.py --case "$c" \
+        $([ $who = torch ] && echo --torch) > "$OUT/ncu_${who}_${c// /_}.txt" 2>&1
+      grep -E "device_kernel|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per|Grid Size|Block Size|Achieved Occupancy" \
+        "$OUT/ncu_${who}_${c// /_}.txt" | cut -c1-160 | head -40
+    done
+  done
 fi
 cp benchmarks/results/dispatch_rows_gather_h200.* "$OUT/" 2>/dev/null
 log done
