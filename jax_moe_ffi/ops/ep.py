@@ -79,8 +79,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_moe_ffi.ops import _common as c
-from jax_moe_ffi.ops.dispatch import (MoeRouting, _check_ids, _combine, _combine_call, _dispatch_rows,
-                                      _routing_cotangent, _static_int, moe_routing)
+from jax_moe_ffi.ops.dispatch import (MoeRouting, _check_ids, _combine, _combine_sum,
+                                      _dispatch_rows, _routing_cotangent, _static_int, moe_routing)
 
 TRANSPORTS = ("auto", "all_to_all", "ragged", "ragged_emulated")
 _INT32_MAX = 2**31 - 1
@@ -204,25 +204,6 @@ def _exchange_bwd(axis_name, transport, reverse, out_rows, res, g):
 
 
 _exchange.defvjp(_exchange_fwd, _exchange_bwd)
-
-
-# ------------------------------------------------------------------------------- source-side sum
-@jax.custom_vjp
-def _unpack_sum(rows, routing: MoeRouting):
-    """y[t] = sum_c rows[routing.pos[t, c]] (float32 accumulation, rows' dtype): the adjoint of
-    `_dispatch_rows(., routing)`, so its backward is that gather (no unused weight gradient)."""
-    return _combine_call(rows, routing.pos, jnp.ones(routing.pos.shape, jnp.float32))
-
-
-def _unpack_sum_fwd(rows, routing):
-    return _unpack_sum(rows, routing), routing
-
-
-def _unpack_sum_bwd(routing, dy):
-    return _dispatch_rows(dy, routing), _routing_cotangent(routing)
-
-
-_unpack_sum.defvjp(_unpack_sum_fwd, _unpack_sum_bwd)
 
 
 # ---------------------------------------------------------------------------------------- planning
@@ -443,14 +424,14 @@ def ep_combine(rows, routing: EpRouting, weights, *, axis_name=None, partial_dty
     ax, tr, plan = routing.axis_name, routing.transport, routing.plan
     send_rows, recv_rows = routing.send.num_rows, routing.local.num_tokens
     if routing.kind == "pairs":
-        back_local = _unpack_sum(rows, routing.local)  # un-sort: one row per received pair
+        back_local = _combine_sum(rows, routing.local)  # un-sort: one row per received pair
         back = _exchange(back_local, plan, ax, tr, True, send_rows)
         return _combine(back, routing.send, w)  # weights at the source, float32 accumulation
     w_recv = _exchange(_dispatch_rows(w, routing.send), plan, ax, tr, False, recv_rows)  # [recv, k]
     src = rows if partial_dtype is None else rows.astype(partial_dtype)
     partial_rows = _combine(src, routing.local, w_recv)  # one partial per received (token, rank)
     back = _exchange(partial_rows, plan, ax, tr, True, send_rows)
-    return _unpack_sum(back, routing.send).astype(rows.dtype)
+    return _combine_sum(back, routing.send).astype(rows.dtype)
 
 
 def ep_wire_bytes(routing: EpRouting, hidden: int, dtype, *, partial_dtype=None) -> dict:
