@@ -131,95 +131,116 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %64 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_19 = stablehlo.constant dense<0> : tensor<i32>
     %65 = "stablehlo.case"(%c_19) ({
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %66:4 = "stablehlo.case"(%65) ({
-      %87:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<25xi32>)
-      stablehlo.return %87#0, %87#1, %87#2, %87#3 : tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>
+      %103:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<25xi32>)
+      stablehlo.return %103#0, %103#1, %103#2, %103#3 : tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>
     }) : (tensor<i32>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>)
     %cst_20 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %67 = stablehlo.broadcast_in_dim %cst_20, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_21 = stablehlo.constant dense<0> : tensor<i32>
     %68 = "stablehlo.case"(%c_21) ({
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %69 = "stablehlo.case"(%68) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#0, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<256x2xi32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
-      stablehlo.return %87 : tensor<512x128xf32>
+      %103 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#0, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<256x2xi32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
+      stablehlo.return %103 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
     %c_22 = stablehlo.constant dense<0> : tensor<i32>
-    %70 = "stablehlo.case"(%c_22) ({
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
-    }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
-    }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %71 = "stablehlo.case"(%70) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
-      stablehlo.return %87 : tensor<512x256xf32>
-    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %70 = stablehlo.broadcast_in_dim %c_22, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %71 = stablehlo.compare GE, %66#1, %70, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %72 = stablehlo.reshape %63 : (tensor<256x2xf32>) -> tensor<512xf32>
     %c_23 = stablehlo.constant dense<0> : tensor<i32>
-    %72 = "stablehlo.case"(%c_23) ({
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+    %73 = stablehlo.broadcast_in_dim %c_23, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %74 = stablehlo.maximum %66#1, %73 : tensor<512xi32>
+    %c_24 = stablehlo.constant dense<0> : tensor<i32>
+    %75 = stablehlo.broadcast_in_dim %c_24, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %76 = stablehlo.compare LT, %74, %75, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_25 = stablehlo.constant dense<512> : tensor<i32>
+    %77 = stablehlo.broadcast_in_dim %c_25, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %78 = stablehlo.add %74, %77 : tensor<512xi32>
+    %79 = stablehlo.select %76, %78, %74 : tensor<512xi1>, tensor<512xi32>
+    %80 = stablehlo.broadcast_in_dim %79, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %81 = "stablehlo.gather"(%72, %80) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xf32>, tensor<512x1xi32>) -> tensor<512xf32>
+    %cst_26 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %82 = call @_where_3(%71, %81, %cst_26) : (tensor<512xi1>, tensor<512xf32>, tensor<f32>) -> tensor<512xf32>
+    %c_27 = stablehlo.constant dense<0> : tensor<i32>
+    %83 = "stablehlo.case"(%c_27) ({
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %73 = "stablehlo.case"(%72) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
-      stablehlo.return %87 : tensor<512x256xf32>
+    %84 = "stablehlo.case"(%83) ({
+      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      stablehlo.return %103 : tensor<512x256xf32>
     }) : (tensor<i32>) -> tensor<512x256xf32>
-    %74 = stablehlo.negate %71 : tensor<512x256xf32>
-    %75 = stablehlo.exponential %74 : tensor<512x256xf32>
-    %cst_24 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %76 = stablehlo.broadcast_in_dim %cst_24, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
-    %77 = stablehlo.add %76, %75 : tensor<512x256xf32>
-    %cst_25 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %78 = stablehlo.broadcast_in_dim %cst_25, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
-    %79 = stablehlo.divide %78, %77 : tensor<512x256xf32>
-    %80 = stablehlo.multiply %71, %79 : tensor<512x256xf32>
-    %81 = stablehlo.multiply %80, %73 : tensor<512x256xf32>
-    %c_26 = stablehlo.constant dense<0> : tensor<i32>
-    %82 = "stablehlo.case"(%c_26) ({
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+    %c_28 = stablehlo.constant dense<0> : tensor<i32>
+    %85 = "stablehlo.case"(%c_28) ({
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }, {
-      %c_27 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_27 : tensor<i32>
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %83 = "stablehlo.case"(%82) ({
-      %87 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%81, %arg2, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
-      stablehlo.return %87 : tensor<512x128xf32>
+    %86 = "stablehlo.case"(%85) ({
+      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      stablehlo.return %103 : tensor<512x256xf32>
+    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %87 = stablehlo.negate %84 : tensor<512x256xf32>
+    %88 = stablehlo.exponential %87 : tensor<512x256xf32>
+    %cst_29 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %89 = stablehlo.broadcast_in_dim %cst_29, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %90 = stablehlo.add %89, %88 : tensor<512x256xf32>
+    %cst_30 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %91 = stablehlo.broadcast_in_dim %cst_30, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
+    %92 = stablehlo.divide %91, %90 : tensor<512x256xf32>
+    %93 = stablehlo.multiply %84, %92 : tensor<512x256xf32>
+    %94 = stablehlo.multiply %93, %86 : tensor<512x256xf32>
+    %95 = stablehlo.broadcast_in_dim %82, dims = [0] : (tensor<512xf32>) -> tensor<512x1xf32>
+    %96 = stablehlo.broadcast_in_dim %95, dims = [0, 1] : (tensor<512x1xf32>) -> tensor<512x256xf32>
+    %97 = stablehlo.multiply %94, %96 : tensor<512x256xf32>
+    %c_31 = stablehlo.constant dense<0> : tensor<i32>
+    %98 = "stablehlo.case"(%c_31) ({
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }, {
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }, {
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %99 = "stablehlo.case"(%98) ({
+      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%97, %arg2, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
+      stablehlo.return %103 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
-    %84 = call @compute_on(%66#0, %66#1, %66#2, %66#3, %83, %63) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<512x128xf32>, tensor<256x2xf32>) -> tensor<256x128xf32>
-    %85 = stablehlo.custom_call @annotate_device_placement(%84) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<256x128xf32>) -> tensor<256x128xf32>
-    %86 = stablehlo.add %arg0, %85 : tensor<256x128xf32>
-    return %86 : tensor<256x128xf32>
+    %100 = call @compute_on(%66#0, %66#1, %66#2, %66#3, %99) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<512x128xf32>) -> tensor<256x128xf32>
+    %101 = stablehlo.custom_call @annotate_device_placement(%100) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<256x128xf32>) -> tensor<256x128xf32>
+    %102 = stablehlo.add %arg0, %101 : tensor<256x128xf32>
+    return %102 : tensor<256x128xf32>
   }
   func.func private @floor_divide(%arg0: tensor<512xi32>, %arg1: tensor<i32>) -> tensor<512xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
@@ -282,9 +303,17 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %5 = stablehlo.minimum %4, %2 : tensor<512xi32>
     return %5 : tensor<512xi32>
   }
-  func.func private @compute_on(%arg0: tensor<256x2xi32>, %arg1: tensor<512xi32>, %arg2: tensor<8xi32>, %arg3: tensor<8xi32>, %arg4: tensor<512x128xf32>, %arg5: tensor<256x2xf32>) -> tensor<256x128xf32> {
+  func.func private @_where_3(%arg0: tensor<512xi1>, %arg1: tensor<512xf32>, %arg2: tensor<f32>) -> tensor<512xf32> {
+    %0 = stablehlo.convert %arg2 : tensor<f32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<f32>) -> tensor<512xf32>
+    %2 = stablehlo.select %arg0, %arg1, %1 : tensor<512xi1>, tensor<512xf32>
+    return %2 : tensor<512xf32>
+  }
+  func.func private @compute_on(%arg0: tensor<256x2xi32>, %arg1: tensor<512xi32>, %arg2: tensor<8xi32>, %arg3: tensor<8xi32>, %arg4: tensor<512x128xf32>) -> tensor<256x128xf32> {
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<256x2xf32>
     %c = stablehlo.constant dense<0> : tensor<i32>
-    %0 = "stablehlo.case"(%c) ({
+    %1 = "stablehlo.case"(%c) ({
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }, {
@@ -294,10 +323,10 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %1 = "stablehlo.case"(%0) ({
-      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<256x2xi32>, tensor<256x2xf32>) -> tensor<256x128xf32>
-      stablehlo.return %2 : tensor<256x128xf32>
+    %2 = "stablehlo.case"(%1) ({
+      %3 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %0) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<256x2xi32>, tensor<256x2xf32>) -> tensor<256x128xf32>
+      stablehlo.return %3 : tensor<256x128xf32>
     }) : (tensor<i32>) -> tensor<256x128xf32>
-    return %1 : tensor<256x128xf32>
+    return %2 : tensor<256x128xf32>
   }
 }

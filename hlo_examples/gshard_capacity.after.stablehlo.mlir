@@ -42,18 +42,18 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %28 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_8 = stablehlo.constant dense<0> : tensor<i32>
     %29 = "stablehlo.case"(%c_8) ({
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %30:4 = "stablehlo.case"(%29) ({
-      %137:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %28) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
-      stablehlo.return %137#0, %137#1, %137#2, %137#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
+      %153:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %28) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %153#0, %153#1, %153#2, %153#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
     }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
     %c_9 = stablehlo.constant dense<0> : tensor<i32>
     %31 = stablehlo.broadcast_in_dim %c_9, dims = [] : (tensor<i32>) -> tensor<512x2xi32>
@@ -174,77 +174,98 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %118 = stablehlo.broadcast_in_dim %cst_37, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_38 = stablehlo.constant dense<0> : tensor<i32>
     %119 = "stablehlo.case"(%c_38) ({
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %120 = "stablehlo.case"(%119) ({
-      %137 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %30#0, %30#1, %118) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
-      stablehlo.return %137 : tensor<1024x256xf32>
+      %153 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %30#0, %30#1, %118) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      stablehlo.return %153 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
     %c_39 = stablehlo.constant dense<0> : tensor<i32>
-    %121 = "stablehlo.case"(%c_39) ({
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
-    }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
-    }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %122 = "stablehlo.case"(%121) ({
-      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg2, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %137 : tensor<1024x512xf32>
-    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %121 = stablehlo.broadcast_in_dim %c_39, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %122 = stablehlo.compare GE, %30#1, %121, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %123 = stablehlo.reshape %117 : (tensor<512x2xf32>) -> tensor<1024xf32>
     %c_40 = stablehlo.constant dense<0> : tensor<i32>
-    %123 = "stablehlo.case"(%c_40) ({
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+    %124 = stablehlo.broadcast_in_dim %c_40, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %125 = stablehlo.maximum %30#1, %124 : tensor<1024xi32>
+    %c_41 = stablehlo.constant dense<0> : tensor<i32>
+    %126 = stablehlo.broadcast_in_dim %c_41, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %127 = stablehlo.compare LT, %125, %126, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_42 = stablehlo.constant dense<1024> : tensor<i32>
+    %128 = stablehlo.broadcast_in_dim %c_42, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %129 = stablehlo.add %125, %128 : tensor<1024xi32>
+    %130 = stablehlo.select %127, %129, %125 : tensor<1024xi1>, tensor<1024xi32>
+    %131 = stablehlo.broadcast_in_dim %130, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %132 = "stablehlo.gather"(%123, %131) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xf32>, tensor<1024x1xi32>) -> tensor<1024xf32>
+    %cst_43 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %133 = call @_where_3(%122, %132, %cst_43) : (tensor<1024xi1>, tensor<1024xf32>, tensor<f32>) -> tensor<1024xf32>
+    %c_44 = stablehlo.constant dense<0> : tensor<i32>
+    %134 = "stablehlo.case"(%c_44) ({
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %124 = "stablehlo.case"(%123) ({
-      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg3, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %137 : tensor<1024x512xf32>
+    %135 = "stablehlo.case"(%134) ({
+      %153 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg2, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %153 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %125 = stablehlo.negate %122 : tensor<1024x512xf32>
-    %126 = stablehlo.exponential %125 : tensor<1024x512xf32>
-    %cst_41 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %127 = stablehlo.broadcast_in_dim %cst_41, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %128 = stablehlo.add %127, %126 : tensor<1024x512xf32>
-    %cst_42 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %129 = stablehlo.broadcast_in_dim %cst_42, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %130 = stablehlo.divide %129, %128 : tensor<1024x512xf32>
-    %131 = stablehlo.multiply %122, %130 : tensor<1024x512xf32>
-    %132 = stablehlo.multiply %131, %124 : tensor<1024x512xf32>
-    %c_43 = stablehlo.constant dense<0> : tensor<i32>
-    %133 = "stablehlo.case"(%c_43) ({
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+    %c_45 = stablehlo.constant dense<0> : tensor<i32>
+    %136 = "stablehlo.case"(%c_45) ({
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }, {
-      %c_44 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_44 : tensor<i32>
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %134 = "stablehlo.case"(%133) ({
-      %137 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%132, %arg1, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
-      stablehlo.return %137 : tensor<1024x256xf32>
+    %137 = "stablehlo.case"(%136) ({
+      %153 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%120, %arg3, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %153 : tensor<1024x512xf32>
+    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %138 = stablehlo.negate %135 : tensor<1024x512xf32>
+    %139 = stablehlo.exponential %138 : tensor<1024x512xf32>
+    %cst_46 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %140 = stablehlo.broadcast_in_dim %cst_46, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %141 = stablehlo.add %140, %139 : tensor<1024x512xf32>
+    %cst_47 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %142 = stablehlo.broadcast_in_dim %cst_47, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %143 = stablehlo.divide %142, %141 : tensor<1024x512xf32>
+    %144 = stablehlo.multiply %135, %143 : tensor<1024x512xf32>
+    %145 = stablehlo.multiply %144, %137 : tensor<1024x512xf32>
+    %146 = stablehlo.broadcast_in_dim %133, dims = [0] : (tensor<1024xf32>) -> tensor<1024x1xf32>
+    %147 = stablehlo.broadcast_in_dim %146, dims = [0, 1] : (tensor<1024x1xf32>) -> tensor<1024x512xf32>
+    %148 = stablehlo.multiply %145, %147 : tensor<1024x512xf32>
+    %c_48 = stablehlo.constant dense<0> : tensor<i32>
+    %149 = "stablehlo.case"(%c_48) ({
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
+    }, {
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
+    }, {
+      %c_49 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_49 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %150 = "stablehlo.case"(%149) ({
+      %153 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%148, %arg1, %30#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
+      stablehlo.return %153 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %135 = call @compute_on(%30#0, %30#1, %30#2, %30#3, %134, %117) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-    %136 = stablehlo.custom_call @annotate_device_placement(%135) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
-    return %136 : tensor<512x256xf32>
+    %151 = call @compute_on(%30#0, %30#1, %30#2, %30#3, %150) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>) -> tensor<512x256xf32>
+    %152 = stablehlo.custom_call @annotate_device_placement(%151) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
+    return %152 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
@@ -327,9 +348,17 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %2 = stablehlo.select %arg0, %arg1, %1 : tensor<512x2xi1>, tensor<512x2xi32>
     return %2 : tensor<512x2xi32>
   }
-  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>, %arg5: tensor<512x2xf32>) -> tensor<512x256xf32> {
+  func.func private @_where_3(%arg0: tensor<1024xi1>, %arg1: tensor<1024xf32>, %arg2: tensor<f32>) -> tensor<1024xf32> {
+    %0 = stablehlo.convert %arg2 : tensor<f32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<f32>) -> tensor<1024xf32>
+    %2 = stablehlo.select %arg0, %arg1, %1 : tensor<1024xi1>, tensor<1024xf32>
+    return %2 : tensor<1024xf32>
+  }
+  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>) -> tensor<512x256xf32> {
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<512x2xf32>
     %c = stablehlo.constant dense<0> : tensor<i32>
-    %0 = "stablehlo.case"(%c) ({
+    %1 = "stablehlo.case"(%c) ({
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }, {
@@ -339,10 +368,10 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %1 = "stablehlo.case"(%0) ({
-      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-      stablehlo.return %2 : tensor<512x256xf32>
+    %2 = "stablehlo.case"(%1) ({
+      %3 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %0) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+      stablehlo.return %3 : tensor<512x256xf32>
     }) : (tensor<i32>) -> tensor<512x256xf32>
-    return %1 : tensor<512x256xf32>
+    return %2 : tensor<512x256xf32>
   }
 }

@@ -76,94 +76,115 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %54 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_16 = stablehlo.constant dense<0> : tensor<i32>
     %55 = "stablehlo.case"(%c_16) ({
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %56:4 = "stablehlo.case"(%55) ({
-      %76:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %54) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
-      stablehlo.return %76#0, %76#1, %76#2, %76#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
+      %92:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %54) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %92#0, %92#1, %92#2, %92#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
     }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
     %cst_17 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %57 = stablehlo.broadcast_in_dim %cst_17, dims = [] : (tensor<f32>) -> tensor<0xf32>
     %c_18 = stablehlo.constant dense<0> : tensor<i32>
     %58 = "stablehlo.case"(%c_18) ({
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %59 = "stablehlo.case"(%58) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %56#0, %56#1, %57) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
-      stablehlo.return %76 : tensor<1024x256xf32>
+      %92 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %56#0, %56#1, %57) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      stablehlo.return %92 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
     %c_19 = stablehlo.constant dense<0> : tensor<i32>
-    %60 = "stablehlo.case"(%c_19) ({
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
-    }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
-    }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %61 = "stablehlo.case"(%60) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg2, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %76 : tensor<1024x512xf32>
-    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %60 = stablehlo.broadcast_in_dim %c_19, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %61 = stablehlo.compare GE, %56#1, %60, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %62 = stablehlo.reshape %53 : (tensor<512x2xf32>) -> tensor<1024xf32>
     %c_20 = stablehlo.constant dense<0> : tensor<i32>
-    %62 = "stablehlo.case"(%c_20) ({
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+    %63 = stablehlo.broadcast_in_dim %c_20, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %64 = stablehlo.maximum %56#1, %63 : tensor<1024xi32>
+    %c_21 = stablehlo.constant dense<0> : tensor<i32>
+    %65 = stablehlo.broadcast_in_dim %c_21, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %66 = stablehlo.compare LT, %64, %65, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_22 = stablehlo.constant dense<1024> : tensor<i32>
+    %67 = stablehlo.broadcast_in_dim %c_22, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %68 = stablehlo.add %64, %67 : tensor<1024xi32>
+    %69 = stablehlo.select %66, %68, %64 : tensor<1024xi1>, tensor<1024xi32>
+    %70 = stablehlo.broadcast_in_dim %69, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %71 = "stablehlo.gather"(%62, %70) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xf32>, tensor<1024x1xi32>) -> tensor<1024xf32>
+    %cst_23 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %72 = call @_where_1(%61, %71, %cst_23) : (tensor<1024xi1>, tensor<1024xf32>, tensor<f32>) -> tensor<1024xf32>
+    %c_24 = stablehlo.constant dense<0> : tensor<i32>
+    %73 = "stablehlo.case"(%c_24) ({
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %63 = "stablehlo.case"(%62) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg3, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %76 : tensor<1024x512xf32>
+    %74 = "stablehlo.case"(%73) ({
+      %92 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg2, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %92 : tensor<1024x512xf32>
     }) : (tensor<i32>) -> tensor<1024x512xf32>
-    %64 = stablehlo.negate %61 : tensor<1024x512xf32>
-    %65 = stablehlo.exponential %64 : tensor<1024x512xf32>
-    %cst_21 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %66 = stablehlo.broadcast_in_dim %cst_21, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %67 = stablehlo.add %66, %65 : tensor<1024x512xf32>
-    %cst_22 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %68 = stablehlo.broadcast_in_dim %cst_22, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %69 = stablehlo.divide %68, %67 : tensor<1024x512xf32>
-    %70 = stablehlo.multiply %61, %69 : tensor<1024x512xf32>
-    %71 = stablehlo.multiply %70, %63 : tensor<1024x512xf32>
-    %c_23 = stablehlo.constant dense<0> : tensor<i32>
-    %72 = "stablehlo.case"(%c_23) ({
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+    %c_25 = stablehlo.constant dense<0> : tensor<i32>
+    %75 = "stablehlo.case"(%c_25) ({
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }, {
-      %c_24 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_24 : tensor<i32>
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %73 = "stablehlo.case"(%72) ({
-      %76 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%71, %arg1, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
-      stablehlo.return %76 : tensor<1024x256xf32>
+    %76 = "stablehlo.case"(%75) ({
+      %92 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%59, %arg3, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %92 : tensor<1024x512xf32>
+    }) : (tensor<i32>) -> tensor<1024x512xf32>
+    %77 = stablehlo.negate %74 : tensor<1024x512xf32>
+    %78 = stablehlo.exponential %77 : tensor<1024x512xf32>
+    %cst_26 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %79 = stablehlo.broadcast_in_dim %cst_26, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %80 = stablehlo.add %79, %78 : tensor<1024x512xf32>
+    %cst_27 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %81 = stablehlo.broadcast_in_dim %cst_27, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %82 = stablehlo.divide %81, %80 : tensor<1024x512xf32>
+    %83 = stablehlo.multiply %74, %82 : tensor<1024x512xf32>
+    %84 = stablehlo.multiply %83, %76 : tensor<1024x512xf32>
+    %85 = stablehlo.broadcast_in_dim %72, dims = [0] : (tensor<1024xf32>) -> tensor<1024x1xf32>
+    %86 = stablehlo.broadcast_in_dim %85, dims = [0, 1] : (tensor<1024x1xf32>) -> tensor<1024x512xf32>
+    %87 = stablehlo.multiply %84, %86 : tensor<1024x512xf32>
+    %c_28 = stablehlo.constant dense<0> : tensor<i32>
+    %88 = "stablehlo.case"(%c_28) ({
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
+    }, {
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
+    }, {
+      %c_29 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_29 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %89 = "stablehlo.case"(%88) ({
+      %92 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%87, %arg1, %56#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
+      stablehlo.return %92 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %74 = call @compute_on(%56#0, %56#1, %56#2, %56#3, %73, %53) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-    %75 = stablehlo.custom_call @annotate_device_placement(%74) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
-    return %75 : tensor<512x256xf32>
+    %90 = call @compute_on(%56#0, %56#1, %56#2, %56#3, %89) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>) -> tensor<512x256xf32>
+    %91 = stablehlo.custom_call @annotate_device_placement(%90) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
+    return %91 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
@@ -226,9 +247,17 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %5 = stablehlo.minimum %4, %2 : tensor<1024xi32>
     return %5 : tensor<1024xi32>
   }
-  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>, %arg5: tensor<512x2xf32>) -> tensor<512x256xf32> {
+  func.func private @_where_1(%arg0: tensor<1024xi1>, %arg1: tensor<1024xf32>, %arg2: tensor<f32>) -> tensor<1024xf32> {
+    %0 = stablehlo.convert %arg2 : tensor<f32>
+    %1 = stablehlo.broadcast_in_dim %0, dims = [] : (tensor<f32>) -> tensor<1024xf32>
+    %2 = stablehlo.select %arg0, %arg1, %1 : tensor<1024xi1>, tensor<1024xf32>
+    return %2 : tensor<1024xf32>
+  }
+  func.func private @compute_on(%arg0: tensor<512x2xi32>, %arg1: tensor<1024xi32>, %arg2: tensor<16xi32>, %arg3: tensor<16xi32>, %arg4: tensor<1024x256xf32>) -> tensor<512x256xf32> {
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<512x2xf32>
     %c = stablehlo.constant dense<0> : tensor<i32>
-    %0 = "stablehlo.case"(%c) ({
+    %1 = "stablehlo.case"(%c) ({
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }, {
@@ -238,10 +267,10 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_0 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_0 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %1 = "stablehlo.case"(%0) ({
-      %2 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %arg5) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
-      stablehlo.return %2 : tensor<512x256xf32>
+    %2 = "stablehlo.case"(%1) ({
+      %3 = stablehlo.custom_call @jax_moe_ffi_combine(%arg4, %arg0, %0) {backend_config = "", mhlo.backend_config = {}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<512x2xi32>, tensor<512x2xf32>) -> tensor<512x256xf32>
+      stablehlo.return %3 : tensor<512x256xf32>
     }) : (tensor<i32>) -> tensor<512x256xf32>
-    return %1 : tensor<512x256xf32>
+    return %2 : tensor<512x256xf32>
   }
 }
