@@ -56,15 +56,20 @@ def _residual_bytes(f, args):
     return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in jaxpr.out_avals)
 
 
-def test_offload_device_keeps_expert_gemm_outputs_in_the_models_own_checkpoint():
+@pytest.mark.parametrize("fold", ["1", "0"])
+def test_offload_device_keeps_expert_gemm_outputs_in_the_models_own_checkpoint(fold, monkeypatch):
     """decoder_scan's layers are under the model's own jax.checkpoint (default policy: recompute everything).
     optimize(offload="device") makes that checkpoint save the dispatched rows and the expert GEMM outputs: the
-    backward then re-runs none of the layer's three expert GEMMs and no gather (fewer custom calls in the
-    compiled gradient, more residual bytes), with the same gradients."""
+    backward then re-runs none of the layer's expert GEMMs and no gather (fewer custom calls in the compiled
+    gradient, more residual bytes), with the same gradients. Without offload the backward re-runs three GEMMs
+    with the weighted combine (its backward reads the down GEMM's output) and two with the combine weights
+    folded into the down GEMM (JAX_MOE_FFI_FOLD_COMBINE_WEIGHTS, on by default: nothing needs that output)."""
+    monkeypatch.setenv("JAX_MOE_FFI_FOLD_COMBINE_WEIGHTS", fold)
     fn, args = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=6)
     plain, saved = jmf.optimize(fn), jmf.optimize(fn, offload="device")
     cp, cs = _custom_calls(plain, args), _custom_calls(saved, args)
-    assert cs["jax_moe_ffi_grouped_gemm"] == cp["jax_moe_ffi_grouped_gemm"] - 3, (cp, cs)
+    recomputed = 2 if fold == "1" else 3
+    assert cs["jax_moe_ffi_grouped_gemm"] == cp["jax_moe_ffi_grouped_gemm"] - recomputed, (cp, cs)
     assert cs["jax_moe_ffi_dispatch"] == cp["jax_moe_ffi_dispatch"] - 1, (cp, cs)
     assert cs["jax_moe_ffi_grouped_gemm_wgrad"] == cp["jax_moe_ffi_grouped_gemm_wgrad"] == 3
     assert _residual_bytes(saved, args) > _residual_bytes(plain, args)
