@@ -197,12 +197,14 @@ if [[ ",$what," == *",profilestep,"* ]]; then
 fi
 if [[ ",$what," == *",ncu,"* ]]; then
   # Nsight Compute counters (clocks left alone, METHOD.md) for one launch of each grouped GEMM kernel, ours and
-  # torch._grouped_mm's, at NCU_CASES (tools/ncu_gemm_probe.py); text reports in $OUT/ncu_*.txt
+  # torch._grouped_mm's, at NCU_CASES (tools/ncu_gemm_probe.py); text reports in $OUT/ncu_*.txt. Under ncu our
+  # JAX process needed > 100 s to reach its second profiled kernel (session 8): give T_NCU >= 300 or profile one
+  # kernel per run (--launch-skip 3/4/5 --launch-count 1: forward / dgrad / wgrad).
   IFS=';' read -ra cases <<< "${NCU_CASES:-qwen3-30b-a3b gate_up;qwen3-30b-a3b down}"
   for c in "${cases[@]}"; do
     for who in ours torch; do
       log "ncu $who $c"
-      timeout ${T_NCU:-150} ncu --clock-control none --target-processes all -k regex:device_kernel --launch-skip 3 \
+      timeout ${T_NCU:-300} ncu --clock-control none --target-processes all -k regex:device_kernel --launch-skip 3 \
         --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
         --section LaunchStats --section Occupancy python3 tools/ncu_gemm_probe.py --case "$c" \
         $([ $who = torch ] && echo --torch) > "$OUT/ncu_${who}_${c// /_}.txt" 2>&1

@@ -8,8 +8,8 @@ each after compiling / warming up, so that an `ncu` filter on CUTLASS kernel nam
       python3 tools/ncu_gemm_probe.py --case "qwen3-30b-a3b gate_up"        # ours: warm-up 3 then 3
   ncu ... --launch-skip 3 --launch-count 3 python3 tools/ncu_gemm_probe.py --case ... --torch
 
-(`tools/device_session.sh ncu` runs both for the two Qwen3 shapes.) Timed numbers come from
-benchmarks/grouped_gemm.py, not from here: ncu serialises and replays each kernel.
+(`tools/device_session.sh ncu` runs both for the two Qwen3 shapes; our JAX process is slow under ncu, see that
+step.) Timed numbers come from benchmarks/grouped_gemm.py, not from here: ncu serialises and replays kernels.
 """
 from __future__ import annotations
 

@@ -119,8 +119,6 @@ def fold_target(site, prog):
     if any(L is not None and L[0] == "J" for L in site.out_labels):
         return None  # per-choice outputs: no sum over choices
     v = site.rows_operand
-    if not isinstance(v, Var) or len(prog.uses(v)) != 1:
-        return None
     for _ in range(16):
         if not isinstance(v, Var) or prog.is_output(v) or len(prog.uses(v)) != 1:
             return None  # another op reads the value: it must not see scaled rows
