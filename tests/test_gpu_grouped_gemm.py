@@ -244,3 +244,39 @@ def test_wgrad_tile_configs_uneven_groups(k, n):
     assert dw.dtype == jnp.bfloat16
     assert bool(jnp.all(dw[3] == 0)), "empty groups must be zero"
     assert rel(dw, wgrad_f32(lhs, dout, gs)) < 1e-2
+
+
+# The device-side cluster pick (bf16 -> bf16, 128-row tiles): the 2x1-cluster kernel runs when at most
+# 1/64 of the row tiles are padding (groups with an odd number of 128-row tiles), else the host's 1x2 / 1x1
+# kernel; both are launched and the one not picked gets no tiles. Cases on both sides of the threshold:
+# tiles 28 / padded 0 (paired), 65 / 1 (paired: a padded tile is computed on zero rows and clipped),
+# 63 / 1 and a skewed draw (not paired), each with empty groups and rows past the total. The accumulate
+# form fails if both kernels of the pair ran (the addend would be added twice) or neither did.
+@pytest.mark.parametrize("sizes", [
+    [256, 512, 0, 768, 256, 1024, 512, 256],
+    [128, 2048, 2048, 2048, 2048, 0, 0, 0],
+    [100, 2048, 2048, 2048, 1792, 0, 0, 0],
+    "skew",
+], ids=["t28p0", "t65p1", "t63p1", "skew"])
+@pytest.mark.parametrize("n", [768, 2048])
+@pytest.mark.parametrize("tr", [False, True])
+def test_paired_cluster_pick(sizes, n, tr):
+    rng = np.random.default_rng(n + tr + len(str(sizes)))
+    g, k = 8, 264
+    if sizes == "skew":
+        gs = np.array(sizes_for(rng, 5000, g, 4700, "skew"))
+    else:
+        gs = np.array(sizes)
+    total = int(gs.sum())
+    m = total + 300
+    gs = jnp.asarray(gs, jnp.int32)
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    rhs = jnp.asarray(rng.standard_normal((g, n, k) if tr else (g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    ref = ragged_f32(lhs, jnp.swapaxes(rhs, 1, 2) if tr else rhs, gs)
+    out = jax.jit(lambda a, b, s: jmf.grouped_matmul(a, b, s, transpose_rhs=tr))(lhs, rhs, gs)
+    assert bool(jnp.all(out[total:] == 0)), "rows past the total must be zero"
+    assert rel(out, ref) < 1e-2
+    addend = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    acc = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c, transpose_rhs=tr))(lhs, rhs, gs, addend)
+    assert rel(acc, ref + addend.astype(jnp.float32)) < 1e-2
+    assert bool(jnp.all(acc[total:] == addend[total:]))

@@ -1,6 +1,8 @@
 """Row-tile utilisation of the forward / dgrad grouped GEMM (CPU, no GPU needed): the share of computed rows
 that are real rows, when every group's row tiles (128 rows) are rounded up to the cluster's M extent (CUTLASS's
-grouped scheduler rounds each group's tile grid up to the cluster shape). 2x1 = the old default, 1x2 / 1x1 = now.
+grouped scheduler rounds each group's tile grid up to the cluster shape). 2x1 = weight multicast, 1x2 / 1x1 = the
+host's choice; `pick` = which of the two the CUDA setup kernel runs (bf16 -> bf16: 2x1 iff at most 1/64 of the row
+tiles are padding, `SetupGroupsKernel` in cc/cuda/grouped_gemm_run.cuh; this is the same integer rule).
 
   python tools/tile_utilisation.py
 
@@ -22,6 +24,12 @@ def utilisation(sizes, tile=128, cluster_m=1):
     return float(np.sum(sizes) / (tiles.sum() * tile))
 
 
+def paired_pick(sizes, tile=128, max_pad_share=64):
+    """The device-side rule of cc/cuda/grouped_gemm_run.cuh: True = the 2x1-cluster kernel runs."""
+    tiles = -(-np.asarray(sizes, np.int64) // tile)
+    return int(np.sum(tiles & 1)) * max_pad_share <= int(np.sum(tiles))
+
+
 def layer_sizes():
     import jax
     import jax.numpy as jnp
@@ -40,14 +48,15 @@ def layer_sizes():
 
 def main():
     shapes = _common.load_shapes()
-    print(f"{'case':<42} {'groups':<7} {'2x1':>6} {'1x2/1x1':>8}")
+    print(f"{'case':<42} {'groups':<7} {'2x1':>6} {'1x2/1x1':>8} {'pick':>6}")
     for c in shapes["grouped_gemm"]:
         for kind in ("even", "skew"):
             s = _common.group_sizes(c["M"], c["G"], kind, shapes)
-            print(f"{c['name']:<42} {kind:<7} {utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f}")
+            print(f"{c['name']:<42} {kind:<7} {utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f} "
+                  f"{'2x1' if paired_pick(s) else 'host':>6}")
     s = layer_sizes()
     print(f"{'qwen3-30b-a3b MoE layer (routed, ' + str(s.min()) + '-' + str(s.max()) + ' rows)':<42} {'routed':<7} "
-          f"{utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f}")
+          f"{utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f} {'2x1' if paired_pick(s) else 'host':>6}")
 
 
 if __name__ == "__main__":

@@ -63,9 +63,22 @@ struct GroupArrays {
 //                  tiles from the scheduler; the zero kernel writes that group);
 //                  A = lhs + begin*K (read as K x m_g, column-major), B = dout + begin*N,
 //                  D = out + g*K*N
+//
+// Pick (forward / dgrad): the device-side choice between two kernels launched back to back, a 2x1
+// cluster (the weight tile multicast to two CTAs computing neighbouring row tiles of one group) and the
+// host's choice (1x2 or 1x1). CUTLASS's grouped scheduler rounds each group's row tiles up to the
+// cluster, so the 2x1 kernel computes one zero-filled tile for every group with an odd number of
+// 128-row tiles. Both setup kernels count those padded tiles from the same sizes with the same integer
+// rule, so they agree; the kernel not picked gets zero rows in every group and the scheduler gives it
+// no tiles (it costs a launch, a few microseconds). No host sync, fixed launch configuration.
+enum class Pick { kAlways, kIfPaired, kIfUnpaired };
+constexpr int64_t kPairTileRows = 128;   // the row tile of both kernels of the pair
+constexpr int64_t kPairMaxPadShare = 64; // paired iff padded tiles <= 1/64 of all row tiles: on even
+                                         // groups the weight multicast gained 0-3.5% (largest at small K)
+
 template <class GemmDef>
 __global__ void __launch_bounds__(kSetupThreads)
-    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, const int32_t* __restrict__ sizes,
+    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a,
                       const typename GroupArrays<GemmDef>::ElementB* b,
@@ -73,6 +86,8 @@ __global__ void __launch_bounds__(kSetupThreads)
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
+  int64_t row_tiles = 0;   // sum over groups of ceil(rows / 128)    (Pick only)
+  int64_t padded_tiles = 0;  // groups with an odd number of them    (Pick only)
 
   const int64_t ld_a = k;                              // lhs rows
   const int64_t ld_b = op == Op::kDgrad ? k : n;       // rhs[g] rows ([N,K] for dgrad) / dout rows
@@ -83,9 +98,10 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int64_t g = base + threadIdx.x;
     const int32_t size = g < num_groups ? sizes[g] : 0;
     const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
+    int64_t rows = 0;
     if (g < num_groups) {
       const GroupRows r = clip_group(carry + excl, size, m);
-      const int64_t rows = r.end - r.begin;
+      rows = r.end - r.begin;
       arr.rows[g] = static_cast<int32_t>(rows);
       arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
       arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
@@ -107,8 +123,26 @@ __global__ void __launch_bounds__(kSetupThreads)
     }
     carry += chunk_total;
     __syncthreads();  // everyone has read chunk_total / warp_offsets before they are rewritten
+    if (pick != Pick::kAlways) {  // uniform branch (a kernel argument)
+      const int64_t tiles = (rows + kPairTileRows - 1) / kPairTileRows;  // 0 past the last group
+      BlockExclusiveSum(tiles, warp_offsets, &chunk_total);
+      row_tiles += chunk_total;
+      __syncthreads();
+      BlockExclusiveSum(tiles & 1, warp_offsets, &chunk_total);
+      padded_tiles += chunk_total;
+      __syncthreads();
+    }
   }
   if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
+  if (pick != Pick::kAlways) {
+    const bool paired = padded_tiles * kPairMaxPadShare <= row_tiles;
+    if (paired != (pick == Pick::kIfPaired)) {
+      // Not this kernel: every group gets zero rows (the same thread wrote shapes[g] above).
+      for (int64_t g = threadIdx.x; g < num_groups; g += kSetupThreads) {
+        arr.shapes[g] = typename Arr::Shape(0, static_cast<int>(n), static_cast<int>(k));
+      }
+    }
+  }
 }
 
 struct GemmCall {
@@ -122,9 +156,11 @@ struct GemmCall {
   int64_t m, k, n, g;
 };
 
+// pick: see SetupGroupsKernel. write_zeros = false: the other kernel of a pair writes the rows no
+// group covers.
 template <class GemmDef>
 ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
-                          const DeviceInfo& dev) {
+                          const DeviceInfo& dev, Pick pick = Pick::kAlways, bool write_zeros = true) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = GroupArrays<GemmDef>;
 
@@ -168,7 +204,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
 
   // 1. Per-group metadata.
   SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
-      arr, c.op, c.sizes, c.g, c.m, c.k, c.n,
+      arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
       static_cast<const typename Arr::ElementA*>(c.a),
       static_cast<const typename Arr::ElementB*>(c.b),
       static_cast<typename Arr::ElementD*>(c.d));
@@ -187,7 +223,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
                             kZeroThreads, 0, stream>>>(static_cast<uint4*>(c.d), arr.rows, c.g,
                                                        vecs_per_group);
     JMF_CUDA_CHECK_LAUNCH("ZeroEmptyGroupsKernel launch");
-  } else if (!c.accumulate) {
+  } else if (!c.accumulate && write_zeros) {
     // (accumulate: rows no group covers keep the addend already in out)
     JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * static_cast<int64_t>(c.out_elem_bytes),
                                      dev.sm_count, stream));
@@ -227,7 +263,7 @@ using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 
 // Environment overrides, read once (for benchmarking / tuning on the target machine):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | static | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
 //                             forward and dgrad, plain and accumulate forms
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
 const char* EnvOr(const char* name, const char* fallback) {
@@ -235,7 +271,7 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192 };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -257,6 +293,7 @@ void SayOnce(bool* said, const char* msg) {
 Tiles ChooseTiles(const GemmCall& c) {
   static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
   static bool said_unknown = false;
+  if (choice == "static") return AutoTiles(c);  // auto without the device-side 2x1 pick
   if (choice == "small") return Tiles::kSmall;
   if (choice == "c1x1") return Tiles::kCoopC1x1;
   if (choice == "c1x2") return Tiles::kCoopC1x2;
@@ -274,10 +311,11 @@ Tiles ChooseTiles(const GemmCall& c) {
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
   if (choice != "auto") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|large|small|c1x1|c1x2|c2x1|pp128|n192; "
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|large|small|c1x1|c1x2|c2x1|pp128|n192; "
                            "unknown value ignored, using auto");
   }
-  return AutoTiles(c);
+  // 128-row tiles: the device picks 2x1 or the host's cluster (RunPaired); bf16 -> bf16 only.
+  return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kPaired;
 }
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
@@ -295,6 +333,24 @@ WgradTiles ChooseWgradTiles() {
   return WgradTiles::kPingpong;
 }
 
+// The pair: the host's 128-row choice (1x2 or 1x1 cluster) and the 2x1 cluster, launched back to back;
+// each one's setup kernel decides from the device sizes whether it runs (SetupGroupsKernel, Pick). Each
+// gets half of the workspace.
+template <bool Acc, class TIn, class TOut, class LayoutB>
+ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
+  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
+  const Workspace first{ws.ptr, half};
+  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  ffi::Error err = AutoTiles(c) == Tiles::kCoopC1x1
+      ? RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
+            stream, first, c, dev, Pick::kIfUnpaired, /*write_zeros=*/true)
+      : RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
+            stream, first, c, dev, Pick::kIfUnpaired, /*write_zeros=*/true);
+  if (err.failure()) return err;
+  return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
+      stream, second, c, dev, Pick::kIfPaired, /*write_zeros=*/false);
+}
+
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
 // (c2x1: the old default; pp128) are compiled for bf16 -> bf16 only, to bound the build time;
 // other dtypes say so once and use the automatic choice.
@@ -305,6 +361,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   constexpr bool kAbConfigs =
       std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
   if constexpr (kAbConfigs) {
+    if (tiles == Tiles::kPaired) return RunPaired<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     if (tiles == Tiles::kCoopC2x1)
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
           stream, ws, c, dev);
@@ -315,6 +372,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Coop192Config, Acc>>(
           stream, ws, c, dev);
   } else {
+    // The 2x1 kernels are compiled for bf16 -> bf16 only (build time): other dtypes keep the host's choice.
+    if (tiles == Tiles::kPaired) tiles = AutoTiles(c);
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192) {
       SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192 is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
