@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not on_gpu:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_need_the_cuda_library(request):
+    """A gpu-marked test on a GPU without the CUDA library would time XLA's fallbacks and pass: fail instead."""
+    if "gpu" in request.keywords and jax.default_backend() == "gpu":
+        from jax_moe_ffi import _registry
+        if not _registry.cuda_targets:
+            pytest.fail(f"gpu test without the jax_moe_ffi CUDA library: {_registry.cuda_load_error} "
+                        "(set JAX_MOE_FFI_CUDA_LIB; tools/device_session.sh does)")
