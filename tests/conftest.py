@@ -6,8 +6,12 @@ from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_enable_x64", False)
 
-settings.register_profile("ci", max_examples=25, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# "ci" (the default): 10 fresh random examples per property test and run (CI must stay under 30 minutes on
+# 2 cores; most examples are a new shape, i.e. a new XLA compile). "thorough": 100, for a local run before a
+# release (HYPOTHESIS_PROFILE=thorough python -m pytest -q tests). Tests with their own @settings keep them.
+_quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("ci", max_examples=10, deadline=None, suppress_health_check=_quiet)
+settings.register_profile("thorough", max_examples=100, deadline=None, suppress_health_check=_quiet)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
