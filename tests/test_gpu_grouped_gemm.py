@@ -246,7 +246,8 @@ def test_wgrad_tile_configs_uneven_groups(k, n):
     assert rel(dw, wgrad_f32(lhs, dout, gs)) < 1e-2
 
 
-# The device-side cluster pick (bf16 -> bf16, 128-row tiles): the 2x1-cluster kernel runs when at most
+# The device-side cluster pick (JAX_MOE_FFI_GEMM_TILES=pick, opt-in; bf16 -> bf16, 128-row tiles; run with and
+# without it: tools/device_session.sh tiletests): the 2x1-cluster kernel runs when at most
 # 1/64 of the row tiles are padding (groups with an odd number of 128-row tiles), else the host's 1x2 / 1x1
 # kernel; both are launched and the one not picked gets no tiles. Cases on both sides of the threshold:
 # tiles 28 / padded 0 (paired), 65 / 1 (paired: a padded tile is computed on zero rows and clipped),

@@ -102,10 +102,10 @@ if [[ ",$what," == *",sweep,"* ]]; then
 fi
 if [[ ",$what," == *",tiletests,"* ]]; then
   # Correctness of each forward / dgrad tile config (the env is read once per process: one pytest each).
-  for tiles in ${TILETEST_LIST:-c1x1 c1x2 pp128 c2x1}; do
+  for tiles in ${TILETEST_LIST:-c1x1 c1x2 pp128 c2x1 pick}; do
     log "GPU tests, JAX_MOE_FFI_GEMM_TILES=$tiles"
     JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILETESTS:-90} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider \
-      tests/test_gpu_grouped_gemm.py -k "large_tile" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2
+      tests/test_gpu_grouped_gemm.py -k "large_tile or paired" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2
   done
   for wt in ${WGRAD_TILETEST_LIST:-pingpong coop c2x2}; do
     log "GPU tests, JAX_MOE_FFI_WGRAD_TILES=$wt"

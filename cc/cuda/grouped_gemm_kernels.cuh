@@ -36,14 +36,14 @@ using GroupShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 // cluster of 2 therefore turns a group of 5 row tiles into 6, computed on TMA-zero-filled rows: with
 // routed (uneven) group sizes that costs a 128-row tile on half the groups, on top of the partial last
 // tile every ragged group has anyway. So the host's forward / dgrad clusters are along N (static) or 1x1;
-// the 2x1 kernel runs only where the setup kernel finds (almost) no such padding (grouped_gemm_run.cuh,
-// Pick). The wgrad's M is K (static), so its 2x1 cluster costs nothing.
+// with JAX_MOE_FFI_GEMM_TILES=pick the 2x1 kernel runs where the setup kernel finds (almost) no such
+// padding (grouped_gemm_run.cuh, Pick). The wgrad's M is K (static), so its 2x1 cluster costs nothing.
 
 // Large: cooperative (both consumer warp groups share one 128x256 tile). The cluster shares (TMA
 // multicast) the A tile between the two CTAs that compute neighbouring N tiles of the same rows.
 // ClusterN = 2 is used when N has an even number of 256-wide tiles, else 1 (rounding N up would waste
 // a tile column). The 2x1 form multicasts the weight tile instead: the wgrad option (static M) and the
-// forward / dgrad kernel the device picks when groups have even row-tile counts.
+// forward / dgrad kernel the device picks (opt-in) when groups have even row-tile counts.
 template <int ClusterM, int ClusterN>
 struct CoopConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
