@@ -1,8 +1,9 @@
 """Row-tile utilisation of the forward / dgrad grouped GEMM (CPU, no GPU needed): the share of computed rows
 that are real rows, when every group's row tiles (128 rows) are rounded up to the cluster's M extent (CUTLASS's
 grouped scheduler rounds each group's tile grid up to the cluster shape). 2x1 = weight multicast, 1x2 / 1x1 = the
-host's choice; `pick` = which of the two the CUDA setup kernel runs (bf16 -> bf16: 2x1 iff at most 1/64 of the row
-tiles are padding, `SetupGroupsKernel` in cc/cuda/grouped_gemm_run.cuh; this is the same integer rule).
+host's choice; `pick` = which of the two the CUDA setup kernels run under JAX_MOE_FFI_GEMM_TILES=pick (opt-in,
+bf16 -> bf16): 2x1 iff at most 1/64 of the row tiles are padding (`SetupGroupsKernel` in
+cc/cuda/grouped_gemm_run.cuh; this is the same integer rule).
 
   python tools/tile_utilisation.py
 

@@ -377,10 +377,10 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Coop192Config, Acc>>(
           stream, ws, c, dev);
   } else {
-    // The 2x1 kernels are compiled for bf16 -> bf16 only (build time): other dtypes keep the host's choice.
-    if (tiles == Tiles::kPaired) tiles = AutoTiles(c);
-    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192) {
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192 is compiled for bf16 -> bf16 only; "
+    // The 2x1 kernels (also those of the pick) are compiled for bf16 -> bf16 only (build time).
+    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192 ||
+        tiles == Tiles::kPaired) {
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }
