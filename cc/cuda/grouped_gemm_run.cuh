@@ -440,12 +440,23 @@ ffi::Error DispatchTypes(ffi::DataType in_t, ffi::DataType out_t, cudaStream_t s
   using BF16 = cutlass::bfloat16_t;
   using F16 = cutlass::half_t;
   const bool f32_out = out_t == ffi::DataType::F32;
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // A compile-check build (CI): every kernel template, instantiated for bf16 -> bf16 only.
+  (void)sizeof(F16);
+  if (in_t != ffi::DataType::BF16 || f32_out) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
+                      "bf16 -> bf16 grouped GEMMs only; rebuild without it");
+  }
+  return DispatchOp<Acc, BF16, BF16>(stream, ws, c, dev);
+#else
   if (in_t == ffi::DataType::BF16) {
     return f32_out ? DispatchOp<Acc, BF16, float>(stream, ws, c, dev)
                    : DispatchOp<Acc, BF16, BF16>(stream, ws, c, dev);
   }
   return f32_out ? DispatchOp<Acc, F16, float>(stream, ws, c, dev)
                  : DispatchOp<Acc, F16, F16>(stream, ws, c, dev);
+#endif
 }
 
 // Shared dtype rules: operands both bf16 or both f16; out = input dtype or f32.
