@@ -3,7 +3,8 @@ expert) through `optimize`, as `ours` (plain), `ours_streams` (streams=True with
 `ours_offload` (offload tags + the pinned-host remat policy on the scanned layer), `ours_save` (the same
 layer with offload="device": the tagged rows and expert GEMM outputs stay on the device) and
 `ours_offload_rows` / `ours_offload_hidden` (only the dispatched rows, or only the GEMM outputs, to the host;
-the other tag saved on the device), forward+backward.
+the other tag saved on the device) and `ours_offload_gate` (only the first expert GEMM output, the gate
+projection's, to the host), forward+backward.
 Rows carry ms, peak_bytes (compiled memory analysis) and offloaded_bytes.
 
   python benchmarks/runtime.py                 # GPU (deepseek-v3-ep8-local layer shape, 4 layers, bf16)
@@ -37,7 +38,11 @@ from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backen
 VARIANTS = {"ours": (False, None), "ours_streams": (True, None), "ours_offload": (False, "pinned_host"),
             "ours_save": (False, "device"),
             "ours_offload_rows": (False, {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden": "device"}),
-            "ours_offload_hidden": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "pinned_host"})}
+            "ours_offload_hidden": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "pinned_host"}),
+            # one expert GEMM output (the gate projection's, index 0) to the host, everything else as ours_save:
+            # half of ours_offload_hidden's PCIe bytes, which a DeepSeek layer's compute can hide
+            "ours_offload_gate": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "device",
+                                          "moe_expert_hidden.0": "pinned_host"})}
 
 
 def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False):
@@ -98,6 +103,9 @@ def main(argv=None):
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
     ap.add_argument("--out", default="", help="result name (default runtime_<machine>)")
+    ap.add_argument("--dump-hlo", default="",
+                    help="directory: write each variant's compiled (scheduled) HLO there as <variant>.hlo.txt, to see "
+                         "where XLA puts the host-offload copy-start / copy-done")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
     if unknown:
@@ -116,6 +124,9 @@ def main(argv=None):
         try:
             loss = variant(streams, offload)
             step = jax.jit(jax.value_and_grad(loss, (0, 1)))
+            if args.dump_hlo:
+                Path(args.dump_hlo).mkdir(parents=True, exist_ok=True)
+                (Path(args.dump_hlo) / f"{name}.hlo.txt").write_text(step.lower(stacked, x).compile().as_text())
             ms = _common.time_ms(step, stacked, x)
             mem = runtime.memory_report(jax.value_and_grad(loss, (0, 1)), stacked, x)
             off = runtime.offloaded_bytes(loss, stacked, x)

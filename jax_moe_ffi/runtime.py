@@ -14,7 +14,9 @@ What the rewrite pass (`jax_moe_ffi.rewrite.optimize(..., streams=, offload=)`) 
   below; where that setting is missing, ``on_stream`` is a no-op with a warning).
 - ``tag(x, name) -> x``: ``jax.ad_checkpoint.checkpoint_name`` with the ``"jax_moe_ffi/"`` prefix; tag
   MoE intermediates with the names in ``OFFLOAD_NAMES`` (``"moe_dispatched_rows"``, ``"moe_expert_hidden"``,
-  ``"moe_expert_out"``). An identity outside ``jax.checkpoint``.
+  ``"moe_expert_out"``). The pass tags each expert GEMM output by its index, ``"moe_expert_hidden.<i>"``
+  (``hidden_name``); policies given ``"moe_expert_hidden"`` cover every index. An identity outside
+  ``jax.checkpoint``.
 - ``offload_policy(names=OFFLOAD_NAMES, *, save=(), others="recompute")``: a ``jax.checkpoint`` policy that
   offloads the tagged values device -> ``pinned_host`` (``save_and_offload_only_these_names``); with
   ``others="save"`` every untagged residual stays on the device instead of being recomputed.
@@ -90,7 +92,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
-           "streams_supported", "tag", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
+           "streams_supported", "tag", "hidden_name", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
            "OFFLOAD_MODES", "offload_mode", "offload_placement", "moe_remat_policy",
            "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
            "device_peak_bytes", "lowered_text"]
@@ -314,6 +316,10 @@ def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
 # ========================================================================================= host offload
 PREFIX = "jax_moe_ffi/"
 OFFLOAD_NAMES = ("moe_dispatched_rows", "moe_expert_hidden", "moe_expert_out")
+# The expert GEMM outputs of a site are tagged one by one: "moe_expert_hidden.0", ".1", ... in the order the
+# expert body uses them (gate, then up, for SwiGLU experts). "moe_expert_hidden" names all of them; an indexed
+# name picks one, so that a policy can offload only as many bytes as PCIe hides behind the layer's compute.
+HIDDEN_INDICES = 16  # indices a family name covers (an expert body with more GEMMs keeps the rest untagged)
 
 
 def _full(name: str) -> str:
@@ -322,8 +328,35 @@ def _full(name: str) -> str:
     return name if name.startswith(PREFIX) else PREFIX + name
 
 
+def hidden_name(index: int) -> str:
+    """The tag of a site's `index`-th expert GEMM output."""
+    if not 0 <= index < HIDDEN_INDICES:
+        raise ValueError(f"expert GEMM output index must be in [0, {HIDDEN_INDICES}), got {index}")
+    return f"moe_expert_hidden.{index}"
+
+
+def _expand(name: str) -> list[str]:
+    """A family name and every indexed name it covers ("moe_expert_hidden" -> itself, ".0" .. ".15")."""
+    full = _full(name)
+    if full == PREFIX + "moe_expert_hidden":
+        return [full] + [PREFIX + hidden_name(i) for i in range(HIDDEN_INDICES)]
+    return [full]
+
+
 def _names(names) -> list[str]:
-    return [_full(names)] if isinstance(names, str) else [_full(n) for n in names]
+    names = [names] if isinstance(names, str) else list(names)
+    out = []
+    for n in names:
+        out += [e for e in _expand(n) if e not in out]
+    return out
+
+
+def _known_tag(name) -> bool:
+    """A name optimize(offload={...}) accepts: one of OFFLOAD_NAMES or an indexed expert GEMM output."""
+    if name in OFFLOAD_NAMES:
+        return True
+    fam, _, idx = str(name).partition(".")
+    return fam == "moe_expert_hidden" and idx.isdigit() and int(idx) < HIDDEN_INDICES and str(int(idx)) == idx
 
 
 def tag(x, name: str):
@@ -334,8 +367,13 @@ def tag(x, name: str):
 def offload_policy(names=OFFLOAD_NAMES, *, save=(), others: str = "recompute"):
     """``jax.checkpoint`` policy: tagged ``names`` are offloaded device -> pinned_host, ``save`` names stay on
     the device; every other residual is recomputed (``others="recompute"``) or kept (``others="save"``)."""
+    return _policy(_names(names), _names(save), others)
+
+
+def _policy(offloaded: list[str], saved: list[str], others: str):
+    """offload_policy over full, already expanded names."""
     base = jax.checkpoint_policies.save_and_offload_only_these_names(
-        names_which_can_be_saved=_names(save), names_which_can_be_offloaded=_names(names),
+        names_which_can_be_saved=saved, names_which_can_be_offloaded=offloaded,
         offload_src="device", offload_dst="pinned_host")
     if others == "recompute":
         return base
@@ -374,9 +412,10 @@ def offload_mode(offload):
         return None
     if isinstance(offload, dict) or (isinstance(offload, tuple) and all(isinstance(p, tuple) for p in offload)):
         items = dict(offload)
-        bad = sorted(set(items) - set(OFFLOAD_NAMES))
+        bad = sorted(n for n in items if not _known_tag(n))
         if bad or not items:
-            raise ValueError(f"optimize: offload mapping keys must be tag names from {OFFLOAD_NAMES}, got "
+            raise ValueError(f"optimize: offload mapping keys must be tag names from {OFFLOAD_NAMES} (or "
+                             f"'moe_expert_hidden.<i>', i < {HIDDEN_INDICES}: the i-th expert GEMM output), got "
                              f"{sorted(items) if items else 'an empty mapping'}")
         return tuple(sorted((n, _space(v, f"[{n!r}]")) for n, v in items.items()))
     return _space(offload, "")
@@ -399,8 +438,14 @@ def moe_remat_policy(offload, base=None):
     if offload_mode(offload) is None:
         raise ValueError("moe_remat_policy: offload is off (None)")
     place = offload_placement(offload)
-    moe = offload_policy([n for n, v in place.items() if v == "pinned_host"],
-                         save=[n for n, v in place.items() if v == "device"])
+    # An indexed name overrides its family: {"moe_expert_hidden": "device", "moe_expert_hidden.0":
+    # "pinned_host"} offloads the first expert GEMM output and saves the others.
+    concrete = {}
+    for n in sorted(place, key=lambda n: "." in n):  # families first, then the indexed names over them
+        for e in _expand(n):
+            concrete[e] = place[n]
+    moe = _policy([n for n, v in concrete.items() if v == "pinned_host"],
+                  [n for n, v in concrete.items() if v == "device"], "recompute")
     untagged = moe(None)  # the upstream policy's answer for a primitive it does not name
     if base is None:
         return moe

@@ -184,6 +184,80 @@ def test_gpu_fp8_random_shapes_vs_reference(seed, lhs_fmt):
         assert np.linalg.norm(outn - refn) / np.linalg.norm(refn) < 1e-2
 
 
+def _block_scaled_case(seed, m, k, n, g, below=0):
+    """random_case with every 1 x 128 block of lhs and every 128 x 128 tile of the weight multiplied by its own
+    power of two in [2^-6, 2^6]: the slices' scales then differ by up to 2^12, so a kernel that applied a
+    slice's product with another slice's scale would be off by far more than FP8 rounding."""
+    a, w, gs = random_case(seed, m, k, n, g, below=below)
+    rng = np.random.default_rng(seed + 1000)
+    kb, nb = -(-k // 128), -(-n // 128)
+    ea = np.repeat(2.0 ** rng.integers(-6, 7, (m, kb)), 128, axis=1)[:, :k]
+    ew = np.repeat(np.repeat(2.0 ** rng.integers(-6, 7, (g, kb, nb)), 128, axis=1), 128, axis=2)[:, :k, :n]
+    return (a.astype(jnp.float32) * ea).astype(a.dtype), (w.astype(jnp.float32) * ew).astype(w.dtype), gs
+
+
+# (seed, M, K, N, G, rows below the sum): one k-tile, a partial last k-tile (K = 144, 400), an odd and an
+# even number of k-tiles (the overlapped mainloop is unrolled by two), empty groups, sum < M.
+OVERLAP_CASES = [(0, 300, 128, 256, 3, 0), (1, 700, 144, 128, 5, 17), (2, 1024, 384, 256, 4, 0),
+                 (3, 513, 1024, 520, 7, 40), (4, 2048, 400, 1024, 2, 0), (5, 4096, 2048, 1536, 16, 0)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", OVERLAP_CASES, ids=lambda c: "x".join(map(str, c[1:5])))
+def test_gpu_fp8_block_scaled_operands_vs_reference(case):
+    """Per-slice scales that differ by up to 2^12 (_block_scaled_case), against the float32 grouped matmul of the
+    dequantised operands: the FP8 products are exact in float32, so only the tensor cores' accumulation order
+    and the bf16 output rounding differ (rel 2e-3; pairing a slice with the wrong scales gives ~1)."""
+    seed, m, k, n, g, below = case
+    a, w, gs = _block_scaled_case(seed, m, k, n, g, below)
+    qa = jmf.quantize(a, "blockwise")
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    bt = jnp.swapaxes(qw.data, 1, 2)
+    out = np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+    ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    assert np.all(out[total:] == 0)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_overlap_mainloop_matches_cutlass_bitwise(tmp_path):
+    """The overlapped-promotion mainloop (cc/cuda/fp8_overlap_mainloop.cuh, the default) does the same float32
+    operations in the same order as CUTLASS's blockwise mainloop, so the outputs are bitwise equal. The mainloop
+    is chosen once per process (JAX_MOE_FFI_FP8_MAINLOOP): the other one runs in a subprocess on the same
+    quantised operands."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.environ.get("JAX_MOE_FFI_FP8_MAINLOOP", "overlap")
+    other = "overlap" if here == "cutlass" else "cutlass"
+    mine = []
+    for i, case in enumerate(OVERLAP_CASES):
+        seed, m, k, n, g, below = case
+        a, w, gs = _block_scaled_case(seed, m, k, n, g, below)
+        qa = jmf.quantize(a, "blockwise")
+        qw = jmf.quantize(w, "blockwise", block=(128, 128))
+        bt = jnp.swapaxes(qw.data, 1, 2)
+        np.savez(tmp_path / f"in{i}.npz", a=np.asarray(qa.data.view(jnp.uint8)), sa=np.asarray(qa.scale),
+                 bt=np.asarray(bt.view(jnp.uint8)), sb=np.asarray(qw.scale), gs=np.asarray(gs))
+        mine.append(np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs).view(jnp.uint16)))
+    script = f"""
+import jax, jax.numpy as jnp, numpy as np
+from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+for i in range({len(OVERLAP_CASES)}):
+    d = np.load(r"{tmp_path}/in%d.npz" % i)
+    a = jnp.asarray(d["a"]).view(jnp.float8_e4m3fn); bt = jnp.asarray(d["bt"]).view(jnp.float8_e4m3fn)
+    out = jax.jit(fp8._fp8_call)(a, jnp.asarray(d["sa"]), bt, jnp.asarray(d["sb"]), jnp.asarray(d["gs"]))
+    np.save(r"{tmp_path}/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
+"""
+    env = dict(os.environ, JAX_MOE_FFI_FP8_MAINLOOP=other)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=240)
+    for i, case in enumerate(OVERLAP_CASES):
+        theirs = np.load(tmp_path / f"out{i}.npy")
+        assert np.array_equal(mine[i], theirs), (case, int(np.sum(mine[i] != theirs)))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_fp8_benchmark_shapes_similarity(shape):

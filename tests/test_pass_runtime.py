@@ -271,3 +271,26 @@ def test_gpu_scanned_model_without_remat_runs_each_expert_gemm_once():
     got = collections.Counter(re.findall(r'custom_call_target="(jax_moe_ffi_(?:grouped_gemm\w*|dispatch))"',
                                          lowered.compile().as_text()))
     assert want["jax_moe_ffi_grouped_gemm"] >= 3 and got == want, (want, got)
+
+
+def test_offload_by_index_places_one_expert_gemm_output():
+    """Each expert GEMM output has its own tag (runtime.hidden_name): offloading only the first one of the
+    gate/up pair moves half the bytes that the family name moves, the indexed name overrides the family's
+    placement, and the gradients are unchanged."""
+    fn, args = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=9)
+    loss = lambda f: (lambda p, x: jnp.sum(f(p, x) ** 2))
+    both = jmf.optimize(fn, offload={"moe_dispatched_rows": "device", "moe_expert_hidden": "pinned_host"})
+    first = jmf.optimize(fn, offload={"moe_dispatched_rows": "device", "moe_expert_hidden": "device",
+                                      "moe_expert_hidden.0": "pinned_host"})
+    second = jmf.optimize(fn, offload={"moe_dispatched_rows": "device", "moe_expert_hidden.1": "pinned_host"})
+    b_both, b_first, b_second = (runtime.offloaded_bytes(loss(f), *args) for f in (both, first, second))
+    assert b_both > 0 and b_first > 0 and b_first == b_second and b_both == 2 * b_first, (b_both, b_first)
+    g0 = jax.grad(loss(fn), (0, 1))(*args)
+    for f in (first, second):
+        for a, b in zip(jax.tree.leaves(jax.grad(loss(f), (0, 1))(*args)), jax.tree.leaves(g0)):
+            assert _rel(a, b) < 1e-4
+    assert runtime.hidden_name(1) == "moe_expert_hidden.1"
+    for bad in ({"moe_expert_hidden.99": "pinned_host"}, {"moe_expert_hidden.x": "device"},
+                {"moe_expert_hidden.01": "device"}):
+        with pytest.raises(ValueError, match="moe_expert_hidden.<i>"):
+            jmf.optimize(fn, offload=bad)(*args)

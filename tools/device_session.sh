@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install carried wheels, build the CPU extension for the device's Python, load the
 # CUDA library (carried in .gpu/ if prebuilt here, else built there), run GPU tests, sanitizer, benchmarks.
-# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,trainflags,profilestep,ncu>" [bench args]
+# Usage on the device: bash tools/device_session.sh "<what: tests,tiletests,tiles,sanitize,cvt,bench,fp8,fp8ab,dispatch,moe,moeflags,profile,timing,sweep,maxtext,quantize,runtime,streams,streamsdebug,train,trainflags,profilestep,ncu>" [bench args]
 # Per-step arguments and time limits: GPU_TESTS (paths / node ids), GPU_K (a pytest -k expression), FP8_ARGS, TRAIN_ARGS, RUNTIME_ARGS, QUANTIZE_ARGS; T_<STEP> seconds (e.g. T_TRAIN=240).
 # Set JMF_GIT_COMMIT to the commit being measured (the device copy has no .git) so results name it.
 set -uo pipefail
@@ -50,6 +50,19 @@ if [[ ",$what," == *",fp8,"* ]]; then
   log "benchmark FP8 grouped gemm"
   timeout ${T_FP8:-280} python3 benchmarks/grouped_gemm.py --recipe blockwise ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | grep -v "^W1\|^  ans_pytree" | tail -45
   cp benchmarks/results/grouped_gemm_fp8_h200.* "$OUT/" 2>/dev/null
+fi
+if [[ ",$what," == *",fp8ab,"* ]]; then
+  # Same-call A/B of the FP8 kernel's consumer mainloop (cc/cuda/fp8_overlap_mainloop.cuh vs CUTLASS's),
+  # forward only, bf16 "ours" rows beside each; alternating order, FP8AB_ROUNDS rounds.
+  for r in $(seq 1 ${FP8AB_ROUNDS:-1}); do
+    for ml in cutlass overlap; do
+      log "FP8 mainloop A/B: $ml (round $r)"
+      JAX_MOE_FFI_FP8_MAINLOOP=$ml timeout ${T_FP8AB:-150} python3 benchmarks/grouped_gemm.py --recipe blockwise \
+        --skip xla_ragged_dot,tokamax --no-torch --passes ${FP8AB_PASSES:-fwd} --out grouped_gemm_fp8_${ml}_r${r}_h200 \
+        2>&1 | grep -v "^W1\|^  ans_pytree" | tee "$OUT/fp8ab_${ml}_r${r}.log" | grep "ours" | tail -24
+      cp benchmarks/results/grouped_gemm_fp8_${ml}_r${r}_h200.* "$OUT/" 2>/dev/null
+    done
+  done
 fi
 if [[ ",$what," == *",dispatch,"* ]]; then
   log "benchmark dispatch"

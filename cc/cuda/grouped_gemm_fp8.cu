@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/ffi_helpers.h"
@@ -254,6 +256,21 @@ bool UseSmallFp8Tiles(const Fp8Call& c) {
   return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
 }
 
+// JAX_MOE_FFI_FP8_MAINLOOP = overlap (default) | cutlass, read once: the large tiles' consumer mainloop,
+// ours with the promotion overlapping the next slice's wgmmas (fp8_overlap_mainloop.cuh) or CUTLASS's.
+bool UseOverlapMainloop() {
+  static const bool overlap = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_FP8_MAINLOOP");
+    const std::string choice(v != nullptr ? v : "overlap");
+    if (choice != "overlap" && choice != "cutlass") {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_MAINLOOP must be overlap|cutlass; unknown value "
+                           "ignored, using overlap\n");
+    }
+    return choice != "cutlass";
+  }();
+  return overlap;
+}
+
 template <class ElementA>
 ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
                             const DeviceInfo& dev) {
@@ -261,6 +278,10 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   using BF16 = cutlass::bfloat16_t;
   if (UseSmallFp8Tiles(c)) {
     return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongConfig>>(
+        stream, ws, c, dev);
+  }
+  if (UseOverlapMainloop()) {
+    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapConfig>>(
         stream, ws, c, dev);
   }
   return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopConfig>>(

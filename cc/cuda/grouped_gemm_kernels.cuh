@@ -21,6 +21,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cuda/fp8_overlap_mainloop.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -162,19 +163,27 @@ struct GroupedGemm {
 // in float32 ("promotion"), which also bounds the error of the tensor cores' reduced-precision FP8
 // accumulation. Scale layouts are CUTLASS's MN-major ones: per group, SFA is [K/128, m_g] (rows
 // contiguous) and SFB is [K/128, ceil(N/128)] (N tiles contiguous).
-struct Fp8CoopConfig {
+// kOverlap: the consumer mainloop of fp8_overlap_mainloop.cuh (promotion of slice t-1 overlaps the
+// wgmmas of slice t) instead of CUTLASS's (promotion after each slice's wgmmas have finished).
+template <bool Overlap>
+struct Fp8CoopConfigT {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-  static constexpr const char* kName = "fp8_blockwise_coop_128x128x128_c1x2";
+  static constexpr bool kOverlap = Overlap;
+  static constexpr const char* kName = Overlap ? "fp8_blockwise_coop_128x128x128_c1x2_overlap"
+                                               : "fp8_blockwise_coop_128x128x128_c1x2";
 };
+using Fp8CoopConfig = Fp8CoopConfigT<false>;
+using Fp8CoopOverlapConfig = Fp8CoopConfigT<true>;
 
 struct Fp8PingpongConfig {
   using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  static constexpr bool kOverlap = false;
   static constexpr const char* kName = "fp8_blockwise_pingpong_64x128x128_c1x2";
 };
 
@@ -203,7 +212,7 @@ struct GroupedGemmFp8Blockwise {
       cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::
       CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuilderMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignA,
       ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignB,
@@ -212,6 +221,8 @@ struct GroupedGemmFp8Blockwise {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
+  using CollectiveMainloop = std::conditional_t<Config::kOverlap, OverlappedPromotionMainloop<BuilderMainloop>,
+                                                BuilderMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
                                                       CollectiveEpilogue>;

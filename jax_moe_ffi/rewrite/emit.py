@@ -179,6 +179,7 @@ class RowEval:
         self.facts = facts
         self.read_stacked = read_stacked
         self.scale_lhs = {}  # GEMM eqn -> per-row factor [n] applied to its lhs rows (fold_target)
+        self.hidden_tags = 0  # expert GEMM outputs tagged so far (their index in runtime.hidden_name)
         if primary_rows is not None and site.primary is not None:
             self.memo[site.primary] = primary_rows
 
@@ -479,7 +480,13 @@ class RowEval:
             outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
                                    transpose_rhs=ops[0][2], recipe=self.recipe)]
         if self.tag is not None:  # what a remat policy saves / a scan stacks instead of recomputing the GEMM
-            outs = [self.tag(r, "moe_expert_hidden") for r in outs]
+            from jax_moe_ffi import runtime
+            tagged = []
+            for r in outs:  # one name per output (runtime.hidden_name): a policy may place each on its own;
+                i = self.hidden_tags  # past the indexed names, the family name (placed with the family)
+                tagged.append(self.tag(r, runtime.hidden_name(i) if i < runtime.HIDDEN_INDICES else "moe_expert_hidden"))
+                self.hidden_tags += 1
+            outs = tagged
         results = [r.reshape(o[4]).astype(e_.outs[0].dtype) for r, o, (e_, _) in zip(outs, ops, group)]
         for (e_, _), r in zip(group[1:], results[1:]):
             self.gemm_done[e_] = r
