@@ -108,6 +108,50 @@ def test_random_shapes_empty_groups_sum_below_m(seed, dtype, out_f32):
         assert rel(dl, ragged_f32(dout, jnp.swapaxes(rhs, 1, 2), gs)) < 1e-2
 
 
+def _on_stale_memory(fn, shape, dtype):
+    """fn() right after freeing a NaN-filled buffer of its output's size, so that the allocator is likely to
+    hand that memory to fn's output: whatever the kernels do not write then reads NaN, not a fresh zero page.
+    Returns (output, whether the output got the freed buffer)."""
+    jax.block_until_ready(fn())  # compiled, its own temporaries allocated once
+    junk = jax.block_until_ready(jnp.full(shape, jnp.nan, dtype))
+    where = junk.unsafe_buffer_pointer()
+    junk.delete()
+    out = jax.block_until_ready(fn())
+    return out, out.unsafe_buffer_pointer() == where
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_zeroed_regions_on_reused_memory(dtype):
+    """Rows past the sum (forward, dgrad) and empty groups (wgrad) are zeroed by the setup kernel's launch
+    (grouped_gemm_run.cuh, Zero), not left to the allocator: checked on memory that held NaNs. At least one of
+    the three outputs must have landed on the freed buffer, else the check proves nothing and fails."""
+    rng = np.random.default_rng(21)
+    m, k, n, g = 3000, 264, 520, 12
+    gs = jnp.asarray([300, 0, 451, 0, 0, 127, 640, 1, 0, 333, 0, 200], jnp.int32)  # sum 2052 < M
+    total = int(np.asarray(gs).sum())
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    rhs = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    dout = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    pet = jnp.float32 if dtype == jnp.float32 else None
+    fwd = jax.jit(lambda: jmf.grouped_matmul(lhs, rhs, gs, preferred_element_type=pet))
+    dgrad = jax.jit(lambda: jmf.grouped_matmul(dout, rhs, gs, transpose_rhs=True, preferred_element_type=pet))
+    wgrad = jax.jit(lambda: jmf.grouped_matmul_wgrad(lhs, dout, gs, preferred_element_type=pet))
+    reused = []
+    out, r = _on_stale_memory(fwd, (m, n), dtype)
+    reused.append(r)
+    assert bool(jnp.all(out[total:] == 0)) and bool(jnp.all(jnp.isfinite(out[:total])))
+    assert rel(out[:total], ragged_f32(lhs, rhs, gs)[:total]) < 1e-2
+    out, r = _on_stale_memory(dgrad, (m, k), dtype)
+    reused.append(r)
+    assert bool(jnp.all(out[total:] == 0)) and bool(jnp.all(jnp.isfinite(out[:total])))
+    dw, r = _on_stale_memory(wgrad, (g, k, n), dtype)
+    reused.append(r)
+    empty = np.flatnonzero(np.asarray(gs) == 0)
+    assert bool(jnp.all(dw[empty] == 0)) and bool(jnp.all(jnp.isfinite(dw)))
+    assert rel(dw, wgrad_f32(lhs, dout, gs)) < 1e-2
+    assert any(reused), "no output reused the freed NaN buffer: the zeroing was not exercised"
+
+
 def test_negative_and_oversized_sizes_follow_the_cpu_rule():
     rng = np.random.default_rng(5)
     lhs = jnp.asarray(rng.standard_normal((300, 64)), jnp.bfloat16)

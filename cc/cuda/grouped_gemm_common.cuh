@@ -252,21 +252,6 @@ inline ffi::Error ZeroTailRows(void* out, const int64_t* total_rows, int64_t m, 
   return ffi::Error::Success();
 }
 
-// Wgrad: out[g] = 0 for every group with no rows (the GEMM has a zero-size problem there).
-__global__ void __launch_bounds__(kZeroThreads)
-    ZeroEmptyGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ rows,
-                          int64_t num_groups, int64_t vecs_per_group) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g = blockIdx.y; g < num_groups; g += gridDim.y) {
-    if (rows[g] != 0) continue;
-    uint4* o = out + g * vecs_per_group;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         i < vecs_per_group; i += stride) {
-      o[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // One grouped GEMM call
 // ---------------------------------------------------------------------------------------------

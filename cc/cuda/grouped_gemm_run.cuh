@@ -51,7 +51,7 @@ struct GroupArrays {
   int64_t* total;  // clipped total rows = first row of out[M,N] that no group covers
 };
 
-// One block. Group g gets rows [begin_g, end_g) from clip_group (the shared CPU/CUDA rule).
+// Group g gets rows [begin_g, end_g) from clip_group (the shared CPU/CUDA rule).
 //
 // clip_group is specified with a *running clipped* start (start_{g+1} = end_g). Because clipped
 // sizes are >= 0, that start equals min(P_g, M) where P_g is the plain prefix sum of the
@@ -60,7 +60,7 @@ struct GroupArrays {
 //
 //   forward/dgrad: problem (m_g, N, K); A = lhs + begin*K, B = rhs + g*K*N, D = out + begin*N
 //   wgrad        : problem (K, N, m_g) or (0, 0, 0) when m_g == 0 (a zero-size problem gets no
-//                  tiles from the scheduler; the zero kernel writes that group);
+//                  tiles from the scheduler; Zero::kEmptyGroups below writes that group);
 //                  A = lhs + begin*K (read as K x m_g, column-major), B = dout + begin*N,
 //                  D = out + g*K*N
 //
@@ -76,16 +76,31 @@ constexpr int64_t kPairTileRows = 128;   // the row tile of both kernels of the 
 constexpr int64_t kPairMaxPadShare = 64; // paired iff padded tiles <= 1/64 of all row tiles: on even
                                          // groups the weight multicast gained 0.7-3.2% (session 9)
 
+//
+// Zeroing (the output the GEMM does not write) is fused into the same launch: one fewer kernel per call,
+// which on the H200 was a 4.5-7.6 us kernel plus a 4-6 us gap before it (benchmarks/NOTES.md, session 8).
+// Block (0, 0) writes the problem arrays; every block runs the same scan of the sizes (a few hundred
+// integers: cheaper than waiting for block 0) and zeroes its share:
+//   Zero::kTailRows    (forward / dgrad): rows [total, M) of out, vecs_per_unit = 16-byte vectors per row;
+//   Zero::kEmptyGroups (wgrad): out[g] of every group with no rows, vecs_per_unit = vectors per [K, N] block;
+//                      grid (x, y): blocks with blockIdx.y == g mod gridDim.y share group g's block;
+//   Zero::kNone        (accumulate form, or the second kernel of a pair): nothing.
+// The regions zeroed are disjoint from those the GEMM writes, and the GEMM is launched after this kernel.
+enum class Zero { kNone, kTailRows, kEmptyGroups };
+
 template <class GemmDef>
 __global__ void __launch_bounds__(kSetupThreads)
     SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a,
                       const typename GroupArrays<GemmDef>::ElementB* b,
-                      typename GroupArrays<GemmDef>::ElementD* d) {
+                      typename GroupArrays<GemmDef>::ElementD* d, Zero zero, int64_t vecs_per_unit) {
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
+  __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
+  const bool writer = blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
+  uint4* const zero_out = reinterpret_cast<uint4*>(d);
   int64_t row_tiles = 0;   // sum over groups of ceil(rows / 128)    (Pick only)
   int64_t padded_tiles = 0;  // groups with an odd number of them    (Pick only)
 
@@ -98,10 +113,22 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int64_t g = base + threadIdx.x;
     const int32_t size = g < num_groups ? sizes[g] : 0;
     const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
-    int64_t rows = 0;
-    if (g < num_groups) {
-      const GroupRows r = clip_group(carry + excl, size, m);
-      rows = r.end - r.begin;
+    const GroupRows r = g < num_groups ? clip_group(carry + excl, size, m) : GroupRows{0, 0};
+    const int64_t rows = r.end - r.begin;
+    if (zero == Zero::kEmptyGroups) {  // uniform branch (a kernel argument)
+      chunk_empty[threadIdx.x] = g < num_groups && rows == 0;
+      __syncthreads();
+      const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+      for (int64_t j = 0; j < kSetupThreads && base + j < num_groups; ++j) {
+        if (!chunk_empty[j] || (base + j) % gridDim.y != blockIdx.y) continue;
+        uint4* o = zero_out + (base + j) * vecs_per_unit;
+        for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_unit;
+             i += stride) {
+          o[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+    if (writer && g < num_groups) {
       arr.rows[g] = static_cast<int32_t>(rows);
       arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
       arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
@@ -122,8 +149,8 @@ __global__ void __launch_bounds__(kSetupThreads)
       }
     }
     carry += chunk_total;
-    __syncthreads();  // everyone has read chunk_total / warp_offsets before they are rewritten
-    if (pick != Pick::kAlways) {  // uniform branch (a kernel argument)
+    __syncthreads();  // everyone has read chunk_total / warp_offsets / chunk_empty before they are rewritten
+    if (writer && pick != Pick::kAlways) {  // uniform branch (a kernel argument, the block index)
       const int64_t tiles = (rows + kPairTileRows - 1) / kPairTileRows;  // 0 past the last group
       BlockExclusiveSum(tiles, warp_offsets, &chunk_total);
       row_tiles += chunk_total;
@@ -133,7 +160,18 @@ __global__ void __launch_bounds__(kSetupThreads)
       __syncthreads();
     }
   }
-  if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
+  const int64_t total = carry < m ? carry : m;
+  if (zero == Zero::kTailRows) {
+    const int64_t nblocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
+    const int64_t stride = nblocks * blockDim.x;
+    const int64_t block = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    for (int64_t i = total * vecs_per_unit + block * blockDim.x + threadIdx.x; i < m * vecs_per_unit;
+         i += stride) {
+      zero_out[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  if (!writer) return;
+  if (threadIdx.x == 0) *arr.total = total;
   if (pick != Pick::kAlways) {
     const bool paired = padded_tiles * kPairMaxPadShare <= row_tiles;
     if (paired != (pick == Pick::kIfPaired)) {
@@ -202,34 +240,37 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   arr.total = reinterpret_cast<int64_t*>(base + o_total);
   void* workspace = base + o_workspace;
 
-  // 1. Per-group metadata.
-  SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
+  // 1. Per-group metadata, and zeros where the GEMM does not write (SetupGroupsKernel, Zero). Grid sizes
+  // depend only on static shapes.
+  Zero zero = Zero::kNone;
+  int64_t vecs_per_unit = 0;
+  dim3 grid(1, 1);
+  const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+  if (c.op == Op::kWgrad) {
+    zero = Zero::kEmptyGroups;
+    vecs_per_unit = c.k * c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
+    const int64_t gy = c.g < 65535 ? c.g : 65535;
+    int64_t gx = CeilDiv(max_blocks, gy);
+    const int64_t gx_max = CeilDiv(vecs_per_unit, int64_t{kSetupThreads});
+    gx = gx > gx_max ? gx_max : gx;
+    gx = gx < 1 ? 1 : (gx > 65535 ? 65535 : gx);
+    grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  } else if (!c.accumulate && write_zeros) {
+    // (accumulate: rows no group covers keep the addend already in out)
+    zero = Zero::kTailRows;
+    vecs_per_unit = c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
+    int64_t blocks = CeilDiv(c.m * vecs_per_unit, int64_t{kSetupThreads});
+    blocks = blocks > max_blocks ? max_blocks : (blocks < 1 ? 1 : blocks);
+    grid = dim3(static_cast<unsigned>(blocks), 1);
+  }
+  SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(
       arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
       static_cast<const typename Arr::ElementA*>(c.a),
       static_cast<const typename Arr::ElementB*>(c.b),
-      static_cast<typename Arr::ElementD*>(c.d));
+      static_cast<typename Arr::ElementD*>(c.d), zero, vecs_per_unit);
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
 
-  // 2. Zero what the GEMM does not write. Grid sizes depend only on static shapes.
-  if (c.op == Op::kWgrad) {
-    const int64_t vecs_per_group = c.k * c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;
-    const int64_t gy = c.g < 65535 ? c.g : 65535;
-    int64_t gx = CeilDiv(4 * static_cast<int64_t>(dev.sm_count), gy);
-    gx = gx < 1 ? 1 : gx;
-    const int64_t gx_max = CeilDiv(vecs_per_group, kZeroThreads);
-    gx = gx > gx_max ? gx_max : gx;
-    gx = gx > 65535 ? 65535 : gx;
-    ZeroEmptyGroupsKernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
-                            kZeroThreads, 0, stream>>>(static_cast<uint4*>(c.d), arr.rows, c.g,
-                                                       vecs_per_group);
-    JMF_CUDA_CHECK_LAUNCH("ZeroEmptyGroupsKernel launch");
-  } else if (!c.accumulate && write_zeros) {
-    // (accumulate: rows no group covers keep the addend already in out)
-    JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * static_cast<int64_t>(c.out_elem_bytes),
-                                     dev.sm_count, stream));
-  }
-
-  // 3. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
+  // 2. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
   // depends on the group sizes, and the scheduler launches the persistent grid.
   args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
   args.mainloop.ptr_A = arr.ptr_a;
