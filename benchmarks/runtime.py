@@ -1,16 +1,16 @@
 """Multistreaming and host offload, measured: a multi-layer MoE decoder (`lax.scan` over layers, shared
-expert) through `optimize`, as `ours` (plain), `ours_streams` (streams=True with runtime.apply_xla_flags),
-`ours_offload` (offload tags + the pinned-host remat policy on the scanned layer), `ours_save` (the same
-layer with offload="device": the tagged rows and expert GEMM outputs stay on the device) and
-`ours_offload_rows` / `ours_offload_hidden` (only the dispatched rows, or only the GEMM outputs, to the host;
-the other tag saved on the device) and `ours_offload_gate` (only the first expert GEMM output, the gate
-projection's, to the host), forward+backward.
-Rows carry ms, peak_bytes (compiled memory analysis) and offloaded_bytes.
+expert) through `optimize`, forward+backward, as the VARIANTS below: `ours` (plain), `ours_streams`
+(streams=True with runtime.apply_xla_flags), `ours_save` (offload="device": the tagged rows and expert GEMM
+outputs kept on the device) and host-offload rows that move some of those tensors to pinned host memory
+(`ours_offload`: the gate projection's output only; `_hidden`, `_rows`, `_all`: more).
+Rows carry ms, peak_bytes (compiled memory analysis), device_peak_bytes (Device.memory_stats() peak; with
+--isolate each variant runs in its own process, so it is that variant's own peak) and offloaded_bytes.
 
   python benchmarks/runtime.py                 # GPU (deepseek-v3-ep8-local layer shape, 4 layers, bf16)
   python benchmarks/runtime.py --cpu-scale 32  # CPU smoke run
   python benchmarks/runtime.py --no-scan       # diagnostic: layers unrolled in Python instead of lax.scan
   python benchmarks/runtime.py --variants ours_streams --xla-options loop_double_buffering
+  python benchmarks/runtime.py --isolate --variants ours_save,ours_offload,ours_save,ours_offload
 
 Writes benchmarks/results/runtime_<machine>.{json,md}. XLA flags must be set before the backend starts,
 so this script applies them first (recorded in the JSON). Each variant is measured on its own: one that
@@ -30,19 +30,22 @@ from jax_moe_ffi import runtime  # noqa: E402  (imports jax but starts no backen
 
 
 # name -> (optimize(streams=), optimize(offload=))
-# ours_save: offload="device", the same tags kept on the device (no expert GEMM recomputed in the backward): the
-# memory that ours_offload moves to the host, and the step time without any transfer.
-# ours_offload_rows / ours_offload_hidden: only the dispatched rows (or only the expert GEMM outputs) go to the
-# host, the other tag stays on the device as in ours_save: fewer bytes over PCIe than ours_offload, and no
-# expert GEMM recomputed.
-VARIANTS = {"ours": (False, None), "ours_streams": (True, None), "ours_offload": (False, "pinned_host"),
+# ours: no offload argument, the layer's jax.checkpoint recomputes everything (the baseline of ours_streams).
+# ours_save: offload="device", the dispatched rows and every expert GEMM output kept on the device (no expert GEMM
+# recomputed in the backward): the baseline of the host-offload rows, which move some of those same tensors to
+# host memory and keep the rest as here, so their peak should drop by exactly the bytes they offload.
+# ours_offload: the first expert GEMM output (index 0, the gate projection's: runtime.hidden_name) to the host,
+# the rest as ours_save. Since session 10 (before: offload="pinned_host", now ours_offload_all). Per DeepSeek layer
+# that is 134 MB over PCIe each way, which the layer's forward and backward can hide.
+# ours_offload_hidden: both gate and up outputs to the host (268 MB a layer). ours_offload_rows: the dispatched
+# rows (470 MB). ours_offload_all: offload="pinned_host", rows and expert outputs, the rest recomputed.
+VARIANTS = {"ours": (False, None), "ours_streams": (True, None),
             "ours_save": (False, "device"),
-            "ours_offload_rows": (False, {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden": "device"}),
+            "ours_offload": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "device",
+                                     "moe_expert_hidden.0": "pinned_host"}),
             "ours_offload_hidden": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "pinned_host"}),
-            # one expert GEMM output (the gate projection's, index 0) to the host, everything else as ours_save:
-            # half of ours_offload_hidden's PCIe bytes, which a DeepSeek layer's compute can hide
-            "ours_offload_gate": (False, {"moe_dispatched_rows": "device", "moe_expert_hidden": "device",
-                                          "moe_expert_hidden.0": "pinned_host"})}
+            "ours_offload_rows": (False, {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden": "device"}),
+            "ours_offload_all": (False, "pinned_host")}
 
 
 def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False):
@@ -103,6 +106,8 @@ def main(argv=None):
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
     ap.add_argument("--out", default="", help="result name (default runtime_<machine>)")
+    ap.add_argument("--isolate", action="store_true",
+                    help="run each variant in a fresh process (memory_stats' peak is per process), one after another")
     ap.add_argument("--dump-hlo", default="",
                     help="directory: write each variant's compiled (scheduled) HLO there as <variant>.hlo.txt, to see "
                          "where XLA puts the host-offload copy-start / copy-done")
@@ -111,6 +116,8 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     options = {o: True for o in args.xla_options.split(",") if o}
+    if args.isolate:
+        return _isolated(args, argv if argv is not None else sys.argv[1:])
     flags = runtime.apply_xla_flags(**options) if not args.cpu_scale else []
 
     import jax
@@ -147,6 +154,48 @@ def main(argv=None):
     path = _common.write_results(args.out or f"runtime_{_common.machine_tag()}" + ("_noscan" if args.no_scan else ""), meta,
                                  rows, "ms",
                                  "Streams and host offload (fwd+bwd ms)")
+    print(f"wrote {path}")
+
+
+def _isolated(args, argv):
+    """--isolate: each variant in its own process (this script without --isolate, one variant, a scratch result
+    name), then one result file with all rows, in the order given."""
+    import json
+    import subprocess
+    import tempfile
+
+    base = [a for a in argv if a != "--isolate"]
+    drop = {"--variants", "--out"}
+    rest, skip = [], False
+    for a in base:
+        if skip:
+            skip = False
+            continue
+        if a in drop:
+            skip = True
+            continue
+        if any(a.startswith(d + "=") for d in drop):
+            continue
+        rest.append(a)
+    rows, metas = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, name in enumerate(args.variants.split(",")):
+            out = str(Path(tmp) / f"v{i}")
+            subprocess.run([sys.executable, __file__, *rest, "--variants", name, "--out", out], check=False)
+            try:
+                d = json.loads(Path(out + ".json").read_text())
+            except (OSError, ValueError) as e:
+                rows.append({"case": args.case, "impl": name, "pass": "fwd_bwd", "groups": "routed", "ms": None,
+                             "error": f"the variant's process wrote no result ({type(e).__name__})"})
+                continue
+            rows += [dict(r, process=i) for r in d["rows"]]
+            metas.append(d["meta"])
+    meta = metas[0] if metas else _common.metadata(["benchmarks/runtime.py"] + list(argv))
+    meta["command"] = " ".join(["python", "benchmarks/runtime.py"] + list(argv))
+    meta["isolated"] = True
+    meta["failed"] = [r["impl"] for r in rows if "error" in r]
+    path = _common.write_results(args.out or f"runtime_{_common.machine_tag()}", meta, rows, "ms",
+                                 "Streams and host offload (fwd+bwd ms; one process per variant)")
     print(f"wrote {path}")
 
 

@@ -256,8 +256,8 @@ bool UseSmallFp8Tiles(const Fp8Call& c) {
   return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
 }
 
-// JAX_MOE_FFI_FP8_MAINLOOP = overlap (default) | cutlass, read once: the large tiles' consumer mainloop,
-// ours with the promotion overlapping the next slice's wgmmas (fp8_overlap_mainloop.cuh) or CUTLASS's.
+// JAX_MOE_FFI_FP8_MAINLOOP = overlap (default) | cutlass, read once: the consumer mainloop (both tile
+// configs), ours with the promotion overlapping the next slice's wgmmas (fp8_overlap_mainloop.cuh) or CUTLASS's.
 bool UseOverlapMainloop() {
   static const bool overlap = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_MAINLOOP");
@@ -277,6 +277,10 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   using E4M3 = cutlass::float_e4m3_t;
   using BF16 = cutlass::bfloat16_t;
   if (UseSmallFp8Tiles(c)) {
+    if (UseOverlapMainloop()) {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
+          stream, ws, c, dev);
+    }
     return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongConfig>>(
         stream, ws, c, dev);
   }

@@ -178,14 +178,20 @@ struct Fp8CoopConfigT {
 using Fp8CoopConfig = Fp8CoopConfigT<false>;
 using Fp8CoopOverlapConfig = Fp8CoopConfigT<true>;
 
-struct Fp8PingpongConfig {
+// Ping-pong: each consumer warp group owns a 64x128 tile and the two take turns on the tensor cores, so one's
+// epilogue runs during the other's mainloop (the cooperative kernel's tensor cores idle in its epilogue).
+template <bool Overlap>
+struct Fp8PingpongConfigT {
   using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  static constexpr bool kOverlap = false;
-  static constexpr const char* kName = "fp8_blockwise_pingpong_64x128x128_c1x2";
+  static constexpr bool kOverlap = Overlap;
+  static constexpr const char* kName = Overlap ? "fp8_blockwise_pingpong_64x128x128_c1x2_overlap"
+                                               : "fp8_blockwise_pingpong_64x128x128_c1x2";
 };
+using Fp8PingpongConfig = Fp8PingpongConfigT<false>;
+using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 
 template <class ElementA, class ElementB, class ElementOut, class Config>
 struct GroupedGemmFp8Blockwise {

@@ -94,12 +94,13 @@ __global__ void __launch_bounds__(kSetupThreads)
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a,
                       const typename GroupArrays<GemmDef>::ElementB* b,
-                      typename GroupArrays<GemmDef>::ElementD* d, Zero zero, int64_t vecs_per_unit) {
+                      typename GroupArrays<GemmDef>::ElementD* d, Zero zero, int64_t vecs_per_unit,
+                      bool write_arrays) {
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
   __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
-  const bool writer = blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
+  const bool writer = write_arrays && blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
   uint4* const zero_out = reinterpret_cast<uint4*>(d);
   int64_t row_tiles = 0;   // sum over groups of ceil(rows / 128)    (Pick only)
   int64_t padded_tiles = 0;  // groups with an odd number of them    (Pick only)
@@ -119,8 +120,11 @@ __global__ void __launch_bounds__(kSetupThreads)
       chunk_empty[threadIdx.x] = g < num_groups && rows == 0;
       __syncthreads();
       const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-      for (int64_t j = 0; j < kSetupThreads && base + j < num_groups; ++j) {
-        if (!chunk_empty[j] || (base + j) % gridDim.y != blockIdx.y) continue;
+      // This block's groups in the chunk: base + j == blockIdx.y (mod gridDim.y); one modulo per chunk.
+      const int64_t gy = gridDim.y;
+      for (int64_t j = ((static_cast<int64_t>(blockIdx.y) - base) % gy + gy) % gy;
+           j < kSetupThreads && base + j < num_groups; j += gy) {
+        if (!chunk_empty[j]) continue;
         uint4* o = zero_out + (base + j) * vecs_per_unit;
         for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_unit;
              i += stride) {
@@ -181,6 +185,16 @@ __global__ void __launch_bounds__(kSetupThreads)
       }
     }
   }
+}
+
+// JAX_MOE_FFI_SETUP_ZERO = fused (default) | separate, read once: separate launches the zeroing as a second
+// kernel after the setup (the layout before session 10), for A/B runs.
+bool SeparateZeroLaunch() {
+  static const bool separate = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_SETUP_ZERO");
+    return v != nullptr && std::string(v) == "separate";
+  }();
+  return separate;
 }
 
 struct GemmCall {
@@ -263,11 +277,20 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
     blocks = blocks > max_blocks ? max_blocks : (blocks < 1 ? 1 : blocks);
     grid = dim3(static_cast<unsigned>(blocks), 1);
   }
-  SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(
-      arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
-      static_cast<const typename Arr::ElementA*>(c.a),
-      static_cast<const typename Arr::ElementB*>(c.b),
-      static_cast<typename Arr::ElementD*>(c.d), zero, vecs_per_unit);
+  const auto* a = static_cast<const typename Arr::ElementA*>(c.a);
+  const auto* b = static_cast<const typename Arr::ElementB*>(c.b);
+  auto* d = static_cast<typename Arr::ElementD*>(c.d);
+  if (SeparateZeroLaunch() && zero != Zero::kNone) {
+    // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
+    SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
+                                                              a, b, d, Zero::kNone, 0, true);
+    JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
+    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
+                                                                 c.n, a, b, d, zero, vecs_per_unit, false);
+  } else {
+    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
+                                                                 c.n, a, b, d, zero, vecs_per_unit, true);
+  }
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
 
   // 2. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
