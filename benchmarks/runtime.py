@@ -48,7 +48,8 @@ VARIANTS = {"ours": (False, None), "ours_streams": (True, None),
             "ours_offload_all": (False, "pinned_host")}
 
 
-def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False):
+def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bool = False,
+                prevent_cse: bool = True):
     """The benchmark's model: `num_layers` decoder MoE blocks (routed experts in dense form + a shared expert) on
     the `case_name` shape. Returns (variant, stacked_params, x); variant(streams, offload) -> loss(ps, x)."""
     import jax
@@ -79,7 +80,12 @@ def build_model(case_name: str, num_layers: int, cpu_scale: int = 0, no_scan: bo
 
     def variant(streams, offload):
         fast_block = jmf.optimize(block, streams=streams, offload=offload)
-        body = jax.checkpoint(fast_block, policy=fast_block.offload_policy) if offload else jax.checkpoint(fast_block)
+        # prevent_cse=False: no optimization barrier over the residuals at the start of the recompute (JAX
+        # documents that lax.scan already prevents the CSE it guards against); with it, a residual fetched from
+        # host memory must arrive before any of the layer's backward runs (NOTES.md, session 10).
+        kw = {"prevent_cse": prevent_cse}
+        body = (jax.checkpoint(fast_block, policy=fast_block.offload_policy, **kw) if offload
+                else jax.checkpoint(fast_block, **kw))
 
         def layers(ps, x):
             if not no_scan:
@@ -106,6 +112,8 @@ def main(argv=None):
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
     ap.add_argument("--out", default="", help="result name (default runtime_<machine>)")
+    ap.add_argument("--no-prevent-cse", action="store_true",
+                    help="jax.checkpoint(..., prevent_cse=False) on the scanned layer (no residual barrier)")
     ap.add_argument("--isolate", action="store_true",
                     help="run each variant in a fresh process (memory_stats' peak is per process), one after another")
     ap.add_argument("--dump-hlo", default="",
@@ -122,7 +130,8 @@ def main(argv=None):
 
     import jax
 
-    variant, stacked, x = build_model(args.case, args.layers, args.cpu_scale, args.no_scan)
+    variant, stacked, x = build_model(args.case, args.layers, args.cpu_scale, args.no_scan,
+                                      prevent_cse=not args.no_prevent_cse)
     rows = []
     for name in args.variants.split(","):
         streams, offload = VARIANTS[name]
@@ -149,6 +158,7 @@ def main(argv=None):
     meta["xla_flags"] = flags
     meta["layers"] = args.layers
     meta["scan"] = not args.no_scan
+    meta["prevent_cse"] = not args.no_prevent_cse
     meta["xla_options"] = sorted(options)
     meta["failed"] = [r["impl"] for r in rows if "error" in r]
     path = _common.write_results(args.out or f"runtime_{_common.machine_tag()}" + ("_noscan" if args.no_scan else ""), meta,
