@@ -319,7 +319,7 @@ OFFLOAD_NAMES = ("moe_dispatched_rows", "moe_expert_hidden", "moe_expert_out")
 # The expert GEMM outputs of a site are tagged one by one: "moe_expert_hidden.0", ".1", ... in the order the
 # expert body uses them (gate, then up, for SwiGLU experts). "moe_expert_hidden" names all of them; an indexed
 # name picks one, so that a policy can offload only as many bytes as PCIe hides behind the layer's compute.
-HIDDEN_INDICES = 16  # indices a family name covers (an expert body with more GEMMs keeps the rest untagged)
+HIDDEN_INDICES = 16  # indexed names; an expert body with more GEMMs tags the rest with the family name
 
 
 def _full(name: str) -> str:

@@ -11,10 +11,10 @@
 //       out[g] = lhs[rows_g, :]^T . dout[rows_g, :]   (out [G,K,N]); empty groups are zero.
 //
 // How one call runs (everything stream-ordered on XLA's stream; group sizes never leave the GPU):
-//   1. a one-block setup kernel scans group_sizes and writes, for every group, the CUTLASS problem
-//      shape, base pointers and strides into the workspace (a u8 output of the call);
-//   2. a zero kernel writes the rows / groups that no GEMM tile covers (it reads the sizes itself);
-//   3. one CUTLASS pointer-array grouped GEMM (TMA + warp-specialised, persistent) does the math.
+//   1. a setup kernel scans group_sizes; its block 0 writes, for every group, the CUTLASS problem
+//      shape, base pointers and strides into the workspace (a u8 output of the call), and all its
+//      blocks write zeros to the rows / groups that no GEMM tile covers (grouped_gemm_run.cuh, Zero);
+//   2. one CUTLASS pointer-array grouped GEMM (TMA + warp-specialised, persistent) does the math.
 //      It is launched with device-only problem shapes, so its grid is the persistent grid
 //      (<= #SMs CTAs) and its tile scheduler walks the groups on the device.
 //
