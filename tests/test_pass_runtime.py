@@ -294,3 +294,21 @@ def test_offload_by_index_places_one_expert_gemm_output():
                 {"moe_expert_hidden.01": "device"}):
         with pytest.raises(ValueError, match="moe_expert_hidden.<i>"):
             jmf.optimize(fn, offload=bad)(*args)
+
+
+def test_explain_lists_the_tagged_values_and_their_sizes():
+    """With offload, explain names every tag the pass puts on a site with its dtype, shape and bytes (per layer of
+    the scan), so a user can pick what PCIe can carry."""
+    fn, args = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=8, seed=10)
+    r = jmf.explain(fn, *args, offload={"moe_dispatched_rows": "device", "moe_expert_hidden.0": "pinned_host"})
+    note = next(n for n in r.notes if n.startswith("tagged values"))
+    import re
+    found = dict(re.findall(r"(jax_moe_ffi/[\w.]+) (\w+\[[\d, ]*\])", note))
+    assert {"jax_moe_ffi/moe_dispatched_rows", "jax_moe_ffi/moe_expert_hidden.0",
+            "jax_moe_ffi/moe_expert_hidden.1"} <= set(found), note
+    # the gate output: [R, d_ff] float32, R = the dispatch's rows for 64 tokens x top-k
+    m = re.fullmatch(r"float32\[(\d+), 64\]", found["jax_moe_ffi/moe_expert_hidden.0"])
+    assert m and int(m.group(1)) >= 64, found
+    nbytes = int(m.group(1)) * 64 * 4
+    assert f"{nbytes / 1e3:.1f} kB" in note, (nbytes, note)
+    assert "tagged values" not in " ".join(jmf.explain(fn, *args).notes)

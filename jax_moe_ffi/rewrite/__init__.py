@@ -223,6 +223,13 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                  "no jax.checkpoint region of the function holds a site: wrap the layer in "
                  "jax.checkpoint(fast, policy=fast.offload_policy)")
         notes.append(f"offload={offload!r}: {what}; {where}")
+        tagged = _tagged_values(optimize(fn, mode=mode, recipe=recipe, offload=offload, streams=streams),
+                                args, kwargs)
+        if tagged:
+            notes.append("tagged values, each per call of the region that holds it (per layer in a scan): "
+                         + "; ".join(f"{n} {t} {_fmt_bytes(b)}" + (f" (x{c})" if c > 1 else "")
+                                     for n, (t, b, c) in tagged.items())
+                         + " -- choose what to offload by size: each byte crosses PCIe twice per step")
     if streams and any(p.sites for p in plan.all_plans()):
         from jax_moe_ffi.rewrite import interp
         side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]
@@ -237,6 +244,38 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                        "then run on the main stream; benchmarks/NOTES.md, session 7)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
+
+
+def _tagged_values(fast, args, kwargs) -> dict:
+    """{checkpoint name: (dtype[shape], bytes, occurrences)} of the jax_moe_ffi tags in fast's jaxpr, sub-jaxprs
+    (scan, jit, checkpoint, custom_vjp bodies) included, in the order they appear."""
+    from jax_moe_ffi import runtime
+    out = {}
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            name = e.params.get("name")
+            if isinstance(name, str) and name.startswith(runtime.PREFIX) and e.outvars:
+                a = e.outvars[0].aval
+                t = f"{np.dtype(a.dtype).name}{list(a.shape)}"
+                b = int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                prev = out.get(name)
+                out[name] = (t, b, 1) if prev is None else (prev[0], prev[1], prev[2] + 1)
+            for p in e.params.values():
+                for sub in (p if isinstance(p, (list, tuple)) else [p]):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(lambda *a: fast(*a, **kwargs))(*args).jaxpr)
+    return out
+
+
+def _fmt_bytes(b: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= scale:
+            return f"{b / scale:.1f} {unit}"
+    return f"{b} B"
 
 
 def _name(fn):
