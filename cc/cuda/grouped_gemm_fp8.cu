@@ -276,20 +276,25 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
                             const DeviceInfo& dev) {
   using E4M3 = cutlass::float_e4m3_t;
   using BF16 = cutlass::bfloat16_t;
-  if (UseSmallFp8Tiles(c)) {
-    if (UseOverlapMainloop()) {
-      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
-          stream, ws, c, dev);
-    }
-    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongConfig>>(
-        stream, ws, c, dev);
-  }
+  const bool small = UseSmallFp8Tiles(c);
   if (UseOverlapMainloop()) {
-    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapConfig>>(
-        stream, ws, c, dev);
+    return small ? RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
+                       stream, ws, c, dev)
+                 : RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapConfig>>(
+                       stream, ws, c, dev);
   }
-  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopConfig>>(
-      stream, ws, c, dev);
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // The compile check (CI) builds the default mainloop only; CUTLASS's own is the A/B alternative.
+  (void)small;
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
+                    "JAX_MOE_FFI_FP8_MAINLOOP=cutlass is not in it; rebuild without it");
+#else
+  return small ? RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongConfig>>(
+                     stream, ws, c, dev)
+               : RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopConfig>>(
+                     stream, ws, c, dev);
+#endif
 }
 
 std::string ExpectDims(const char* name, ffi::AnyBuffer::Dimensions got,
