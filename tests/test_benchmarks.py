@@ -40,3 +40,18 @@ def test_capacity_kept_share_matches_the_models_own_drop_rule():
     np.testing.assert_allclose(share, np.mean(kept), atol=1e-6)  # equal pairs per layer: the mean
     # FLOPs: the dropped pairs cost no expert FLOPs
     assert TS.model_flops(cfg, share) < TS.model_flops(cfg)
+
+
+def test_runtime_bench_no_prevent_cse_drops_the_remat_barrier():
+    """benchmarks/runtime.py --no-prevent-cse: the scanned layer's jax.checkpoint without prevent_cse lowers with
+    one optimization barrier fewer (the one over the recompute's residuals, which made a host-offloaded residual
+    arrive before any of the layer's backward ran on the H200, NOTES.md session 10); the pass's own barriers stay."""
+    import jax
+    import runtime as rb
+
+    counts = []
+    for pc in (True, False):
+        variant, stacked, x = rb.build_model("deepseek-v3-ep8-local", 2, 32, prevent_cse=pc)
+        loss = variant(False, rb.VARIANTS["ours_offload"][1])
+        counts.append(jax.jit(jax.value_and_grad(loss, (0, 1))).lower(stacked, x).as_text().count("optimization_barrier"))
+    assert counts[1] == counts[0] - 1 and counts[1] > 0, counts

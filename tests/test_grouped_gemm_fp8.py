@@ -202,6 +202,22 @@ OVERLAP_CASES = [(0, 300, 128, 256, 3, 0), (1, 700, 144, 128, 5, 17), (2, 1024, 
                  (3, 513, 1024, 520, 7, 40), (4, 2048, 400, 1024, 2, 0), (5, 4096, 2048, 1536, 16, 0)]
 
 
+
+def test_block_scaled_case_exposes_a_wrong_scale_pairing():
+    """The GPU tests below accept rel 2e-3 against the dequantised float32 product; on their operands, applying
+    each row's 1 x 128 scales in the reverse block order (what a kernel that paired a slice with another slice's
+    scales would compute) is off by far more, so those tests can fail. CPU: the reference path itself."""
+    for case in OVERLAP_CASES[2:4]:  # K = 384 and 1024: more than one scale block per row
+        seed, m, k, n, g, below = case
+        a, w, gs = _block_scaled_case(seed, m, k, n, g, below)
+        qa = jmf.quantize(a, "blockwise")
+        qw = jmf.quantize(w, "blockwise", block=(128, 128))
+        bt = jnp.swapaxes(qw.data, 1, 2)
+        ref = np.asarray(fp8._reference_call(qa.data, qa.scale, bt, qw.scale, gs), np.float64)
+        bad = np.asarray(fp8._reference_call(qa.data, qa.scale[:, ::-1], bt, qw.scale, gs), np.float64)
+        assert np.linalg.norm(bad - ref) / np.linalg.norm(ref) > 0.5
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", OVERLAP_CASES, ids=lambda c: "x".join(map(str, c[1:5])))
 def test_gpu_fp8_block_scaled_operands_vs_reference(case):

@@ -47,8 +47,6 @@ struct GroupArrays {
   StrideA* stride_a;
   StrideB* stride_b;
   StrideD* stride_d;
-  int32_t* rows;   // clipped row count of each group (0: empty group)
-  int64_t* total;  // clipped total rows = first row of out[M,N] that no group covers
 };
 
 // Group g gets rows [begin_g, end_g) from clip_group (the shared CPU/CUDA rule).
@@ -133,7 +131,6 @@ __global__ void __launch_bounds__(kSetupThreads)
       }
     }
     if (writer && g < num_groups) {
-      arr.rows[g] = static_cast<int32_t>(rows);
       arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
       arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
       arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(ld_d);
@@ -175,7 +172,6 @@ __global__ void __launch_bounds__(kSetupThreads)
     }
   }
   if (!writer) return;
-  if (threadIdx.x == 0) *arr.total = total;
   if (pick != Pick::kAlways) {
     const bool paired = padded_tiles * kPairMaxPadShare <= row_tiles;
     if (paired != (pick == Pick::kIfPaired)) {
@@ -231,8 +227,6 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
   const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
   const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
-  const size_t o_rows = carve.take(ng * sizeof(int32_t));
-  const size_t o_total = carve.take(sizeof(int64_t));
   const size_t o_workspace = carve.take(workspace_bytes);
   const size_t offset = carve.offset;
 
@@ -250,8 +244,6 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
   arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
   arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
-  arr.rows = reinterpret_cast<int32_t*>(base + o_rows);
-  arr.total = reinterpret_cast<int64_t*>(base + o_total);
   void* workspace = base + o_workspace;
 
   // 1. Per-group metadata, and zeros where the GEMM does not write (SetupGroupsKernel, Zero). Grid sizes
