@@ -325,3 +325,43 @@ def test_paired_cluster_pick(sizes, n, tr):
     acc = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c, transpose_rhs=tr))(lhs, rhs, gs, addend)
     assert rel(acc, ref + addend.astype(jnp.float32)) < 1e-2
     assert bool(jnp.all(acc[total:] == addend[total:]))
+
+
+@pytest.mark.parametrize("n", [768, 520])
+@pytest.mark.parametrize("tr", [False, True])
+def test_pair_launch_bitwise_equals_two_launches(n, tr, monkeypatch):
+    """JAX_MOE_FFI_PAIR_LAUNCH=1: the gate/up-style pair's forward (and, without transpose, its two weight
+    gradients) as one launch of 2G problems. Every tile runs the same kernel as in two launches, so outputs and
+    gradients are bitwise equal, zero rows and empty groups included; the compiled program has the pair calls."""
+    rng = np.random.default_rng(41)
+    m, k, g = 6000, 1024, 24
+    gs = sizes_for(rng, m, g, m - 300, "skew")
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    shape = (g, n, k) if tr else (g, k, n)
+    u = jnp.asarray(rng.standard_normal(shape) / np.sqrt(k), jnp.bfloat16)
+    v = jnp.asarray(rng.standard_normal(shape) / np.sqrt(k), jnp.bfloat16)
+    c1 = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+
+    def loss(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs, transpose_rhs=(tr, tr))
+        return jnp.sum(y1.astype(jnp.float32) * c1 * y2.astype(jnp.float32)), (y1, y2)
+
+    def run():
+        f = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))
+        return f(a, u, v), f.lower(a, u, v).compile().as_text()
+
+    monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "0")
+    single, text0 = run()
+    monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "1")
+    paired, text1 = run()
+    assert 'custom_call_target="jax_moe_ffi_grouped_gemm_pair"' in text1
+    assert ('custom_call_target="jax_moe_ffi_grouped_gemm_wgrad_pair"' in text1) == (not tr)
+    assert "jax_moe_ffi_grouped_gemm_pair" not in text0
+    for x, y in zip(jax.tree.leaves(paired), jax.tree.leaves(single)):
+        np.testing.assert_array_equal(np.asarray(x.view(jnp.uint16) if x.dtype == jnp.bfloat16 else x),
+                                      np.asarray(y.view(jnp.uint16) if y.dtype == jnp.bfloat16 else y))
+    (_, (y1, y2)), _ = paired
+    total = int(np.asarray(gs).sum())
+    assert bool(jnp.all(y1[total:] == 0)) and bool(jnp.all(y2[total:] == 0))
+    ref = ragged_f32(a, jnp.swapaxes(v, 1, 2) if tr else v, gs)
+    assert rel(y2, ref) < 1e-2

@@ -384,3 +384,58 @@ def test_accumulate_bad_addend_names_the_argument():
                                jnp.zeros((lhs.shape[0], rhs.shape[2]), jnp.float16))
     with pytest.raises(ValueError, match="rhss"):
         jmf.grouped_matmuls_shared_lhs(lhs, (), gs)
+
+
+@pytest.mark.parametrize("dt", [jnp.float32, jnp.bfloat16])
+def test_pair_launch_gives_the_same_values_and_lowers_to_the_pair_targets(dt, monkeypatch):
+    """JAX_MOE_FFI_PAIR_LAUNCH=1: a shared-lhs pair of one layout runs its forward and its two weight gradients as
+    one call each (jax_moe_ffi_grouped_gemm_pair / _wgrad_pair, one CUDA launch of 2G problems). On CPU the pair
+    is the two single calls, so values and gradients (second order included) equal the unpaired op's exactly;
+    lowered for CUDA, the pair targets replace the single forward and wgrad calls."""
+    rng = np.random.default_rng(31)
+    m, k, n, g = 40, 16, 24, 5
+    gs = jnp.asarray([9, 0, 13, 7, 4], jnp.int32)  # sum 33 < M, an empty group
+    a, u, v = rand(rng, (m, k), dt), rand(rng, (g, k, n), dt), rand(rng, (g, k, n), dt)
+    c1 = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
+
+    def loss(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs)
+        return jnp.sum(y1.astype(jnp.float32) * c1 * y2.astype(jnp.float32))
+
+    def run():
+        val, grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(a, u, v)
+        hvp = jax.jit(jax.grad(lambda a: jnp.sum(jax.grad(loss, 1)(a, u, v).astype(jnp.float32) ** 2)))(a)
+        fwd = jax.jit(lambda a, u, v: jmf.grouped_matmuls_shared_lhs(a, (u, v), gs))(a, u, v)
+        return [val, *grads, hvp, *fwd]
+
+    from jax_moe_ffi import _registry
+    from jax_moe_ffi.ops import grouped_gemm as gg
+
+    def cuda_text():  # lowered for CUDA as if the CUDA library were loaded (lowering needs no GPU)
+        with monkeypatch.context() as mp:
+            mp.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))
+            return jax.jit(jax.grad(loss, (0, 1, 2))).trace(a, u, v).lower(lowering_platforms=("cuda",)).as_text()
+
+    monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "0")
+    single = run()
+    text0 = cuda_text()
+    monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "1")
+    paired = run()
+    text1 = cuda_text()
+    assert gg.PAIR_TARGET in _registry.CUDA_SYMBOLS and gg.WGRAD_PAIR_TARGET in _registry.CUDA_SYMBOLS
+    for x, y in zip(paired, single):
+        np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+    ref = jax.lax.ragged_dot(a.astype(jnp.float32), u.astype(jnp.float32), gs)
+    assert rel_err(paired[5], ref) <= 2 * TOL[dt]
+    count = lambda t, name: t.count(f"custom_call @{name}(")
+    pairs = lambda t: (count(t, "jax_moe_ffi_grouped_gemm_pair"), count(t, "jax_moe_ffi_grouped_gemm_wgrad_pair"))
+    assert pairs(text0) == (0, 0)
+    if dt == jnp.float32:  # the CUDA kernels take 16-bit operands: XLA's ragged_dot there, paired or not
+        assert pairs(text1) == (0, 0) and count(text1, "jax_moe_ffi_grouped_gemm") == 0
+        return
+    # unpaired: 2 forwards + the first dgrad, the second dgrad accumulating into it, 2 wgrads
+    assert [count(text0, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc",
+                                      "jax_moe_ffi_grouped_gemm_wgrad")] == [3, 1, 2], text0
+    assert pairs(text1) == (1, 1), text1
+    assert [count(text1, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc",
+                                      "jax_moe_ffi_grouped_gemm_wgrad")] == [1, 1, 0], text1

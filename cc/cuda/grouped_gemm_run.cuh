@@ -86,20 +86,27 @@ constexpr int64_t kPairMaxPadShare = 64; // paired iff padded tiles <= 1/64 of a
 // The regions zeroed are disjoint from those the GEMM writes, and the GEMM is launched after this kernel.
 enum class Zero { kNone, kTailRows, kEmptyGroups };
 
+// The B operands and outputs of one launch: one set, or two that share A and the group sizes (a pair:
+// problems g and G + g, e.g. the gate and up projections of the same rows), so that both run in one
+// persistent launch with one tail and one setup.
+template <class GemmDef>
+struct LaunchOperands {
+  const typename GroupArrays<GemmDef>::ElementB* b[2];
+  typename GroupArrays<GemmDef>::ElementD* d[2];
+  int copies;  // 1 or 2
+};
+
 template <class GemmDef>
 __global__ void __launch_bounds__(kSetupThreads)
     SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
-                      const typename GroupArrays<GemmDef>::ElementA* a,
-                      const typename GroupArrays<GemmDef>::ElementB* b,
-                      typename GroupArrays<GemmDef>::ElementD* d, Zero zero, int64_t vecs_per_unit,
-                      bool write_arrays) {
+                      const typename GroupArrays<GemmDef>::ElementA* a, LaunchOperands<GemmDef> ops,
+                      Zero zero, int64_t vecs_per_unit, bool write_arrays) {
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
   __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
   const bool writer = write_arrays && blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
-  uint4* const zero_out = reinterpret_cast<uint4*>(d);
   int64_t row_tiles = 0;   // sum over groups of ceil(rows / 128)    (Pick only)
   int64_t padded_tiles = 0;  // groups with an odd number of them    (Pick only)
 
@@ -123,30 +130,35 @@ __global__ void __launch_bounds__(kSetupThreads)
       for (int64_t j = ((static_cast<int64_t>(blockIdx.y) - base) % gy + gy) % gy;
            j < kSetupThreads && base + j < num_groups; j += gy) {
         if (!chunk_empty[j]) continue;
-        uint4* o = zero_out + (base + j) * vecs_per_unit;
-        for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_unit;
-             i += stride) {
-          o[i] = make_uint4(0u, 0u, 0u, 0u);
+        for (int c = 0; c < ops.copies; ++c) {
+          uint4* o = reinterpret_cast<uint4*>(ops.d[c]) + (base + j) * vecs_per_unit;
+          for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_unit;
+               i += stride) {
+            o[i] = make_uint4(0u, 0u, 0u, 0u);
+          }
         }
       }
     }
     if (writer && g < num_groups) {
-      arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(ld_a);
-      arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(ld_b);
-      arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(ld_d);
-      arr.ptr_a[g] = a + r.begin * k;
-      if (op == Op::kWgrad) {
-        arr.shapes[g] = rows > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n),
-                                                       static_cast<int>(rows))
-                                 : typename Arr::Shape(0, 0, 0);
-        arr.ptr_b[g] = b + r.begin * n;
-        arr.ptr_d[g] = d + g * k * n;
-      } else {
-        // rows == 0 gives zero tiles along M: the scheduler skips the group.
-        arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
-                                            static_cast<int>(k));
-        arr.ptr_b[g] = b + g * k * n;
-        arr.ptr_d[g] = d + r.begin * n;
+      for (int c = 0; c < ops.copies; ++c) {
+        const int64_t p = c * num_groups + g;  // problem index
+        arr.stride_a[p] = StrideWithLd<typename Arr::StrideA>(ld_a);
+        arr.stride_b[p] = StrideWithLd<typename Arr::StrideB>(ld_b);
+        arr.stride_d[p] = StrideWithLd<typename Arr::StrideD>(ld_d);
+        arr.ptr_a[p] = a + r.begin * k;
+        if (op == Op::kWgrad) {
+          arr.shapes[p] = rows > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n),
+                                                         static_cast<int>(rows))
+                                   : typename Arr::Shape(0, 0, 0);
+          arr.ptr_b[p] = ops.b[c] + r.begin * n;
+          arr.ptr_d[p] = ops.d[c] + g * k * n;
+        } else {
+          // rows == 0 gives zero tiles along M: the scheduler skips the group.
+          arr.shapes[p] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
+                                              static_cast<int>(k));
+          arr.ptr_b[p] = ops.b[c] + g * k * n;
+          arr.ptr_d[p] = ops.d[c] + r.begin * n;
+        }
       }
     }
     carry += chunk_total;
@@ -166,18 +178,21 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int64_t nblocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
     const int64_t stride = nblocks * blockDim.x;
     const int64_t block = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    for (int64_t i = total * vecs_per_unit + block * blockDim.x + threadIdx.x; i < m * vecs_per_unit;
-         i += stride) {
-      zero_out[i] = make_uint4(0u, 0u, 0u, 0u);
+    for (int c = 0; c < ops.copies; ++c) {
+      uint4* o = reinterpret_cast<uint4*>(ops.d[c]);
+      for (int64_t i = total * vecs_per_unit + block * blockDim.x + threadIdx.x; i < m * vecs_per_unit;
+           i += stride) {
+        o[i] = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
   }
   if (!writer) return;
   if (pick != Pick::kAlways) {
     const bool paired = padded_tiles * kPairMaxPadShare <= row_tiles;
     if (paired != (pick == Pick::kIfPaired)) {
-      // Not this kernel: every group gets zero rows (the same thread wrote shapes[g] above).
-      for (int64_t g = threadIdx.x; g < num_groups; g += kSetupThreads) {
-        arr.shapes[g] = typename Arr::Shape(0, static_cast<int>(n), static_cast<int>(k));
+      // Not this kernel: every group gets zero rows (the same thread wrote shapes[p] above).
+      for (int64_t p = threadIdx.x; p < ops.copies * num_groups; p += kSetupThreads) {
+        arr.shapes[p] = typename Arr::Shape(0, static_cast<int>(n), static_cast<int>(k));
       }
     }
   }
@@ -198,6 +213,8 @@ struct GemmCall {
   const void* a;  // lhs [M,K]
   const void* b;  // rhs [G,K,N] / [G,N,K] (forward / dgrad) or dout [M,N] (wgrad)
   void* d;        // out [M,N] (forward / dgrad) or [G,K,N] (wgrad)
+  const void* b2 = nullptr;  // a pair (LaunchOperands): the second B and out, same shapes and dtypes
+  void* d2 = nullptr;
   size_t out_elem_bytes;
   bool accumulate = false;  // out already holds the addend: D = acc + out (forward / dgrad only)
   const int32_t* sizes;
@@ -218,7 +235,8 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   // it moves to another group; its size depends only on hw_info.sm_count.
   const size_t workspace_bytes = Kernel::get_workspace_size(args);
 
-  const size_t ng = static_cast<size_t>(c.g);
+  const int copies = c.b2 != nullptr ? 2 : 1;
+  const size_t ng = static_cast<size_t>(c.g) * copies;  // problems
   WorkspaceCarver carve;
   const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
   const size_t o_ptr_a = carve.take(ng * sizeof(void*));
@@ -270,24 +288,28 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
     grid = dim3(static_cast<unsigned>(blocks), 1);
   }
   const auto* a = static_cast<const typename Arr::ElementA*>(c.a);
-  const auto* b = static_cast<const typename Arr::ElementB*>(c.b);
-  auto* d = static_cast<typename Arr::ElementD*>(c.d);
+  LaunchOperands<GemmDef> ops;
+  ops.copies = copies;
+  ops.b[0] = static_cast<const typename Arr::ElementB*>(c.b);
+  ops.d[0] = static_cast<typename Arr::ElementD*>(c.d);
+  ops.b[1] = copies == 2 ? static_cast<const typename Arr::ElementB*>(c.b2) : nullptr;
+  ops.d[1] = copies == 2 ? static_cast<typename Arr::ElementD*>(c.d2) : nullptr;
   if (SeparateZeroLaunch() && zero != Zero::kNone) {
     // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
     SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
-                                                              a, b, d, Zero::kNone, 0, true);
+                                                              a, ops, Zero::kNone, 0, true);
     JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, b, d, zero, vecs_per_unit, false);
+                                                                 c.n, a, ops, zero, vecs_per_unit, false);
   } else {
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, b, d, zero, vecs_per_unit, true);
+                                                                 c.n, a, ops, zero, vecs_per_unit, true);
   }
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
 
   // 2. The grouped GEMM. Device-only problem shapes (host pointer = nullptr): nothing on the host
   // depends on the group sizes, and the scheduler launches the persistent grid.
-  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.problem_shape = GroupShape{static_cast<int32_t>(ng), arr.shapes, nullptr};
   args.mainloop.ptr_A = arr.ptr_a;
   args.mainloop.dA = arr.stride_a;
   args.mainloop.ptr_B = arr.ptr_b;
@@ -536,11 +558,13 @@ ffi::Error CheckDtypes(const char* op, const char* a_name, ffi::DataType a_t, co
 
 // The forward / dgrad handler body. Acc = true: out = addend + product (addend != nullptr; XLA aliases
 // it to out, else it is copied there first), rows no group covers keep the addend.
+// rhs2 / out2 (plain form only): a pair, the second product lhs . rhs2 in the same launch (LaunchOperands).
 template <bool Acc>
 ffi::Error RunForwardOrDgrad(const char* op, cudaStream_t stream, ffi::AnyBuffer lhs,
                              ffi::AnyBuffer rhs, ffi::Buffer<ffi::DataType::S32> group_sizes,
                              const ffi::AnyBuffer* addend, ffi::Result<ffi::AnyBuffer> out,
-                             ffi::Result<ffi::AnyBuffer> workspace, bool transpose_rhs) {
+                             ffi::Result<ffi::AnyBuffer> workspace, bool transpose_rhs,
+                             const ffi::AnyBuffer* rhs2 = nullptr, ffi::AnyBuffer* out2 = nullptr) {
   const std::string name(op);
   const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
   GroupedGemmDims d;
@@ -565,6 +589,19 @@ ffi::Error RunForwardOrDgrad(const char* op, cudaStream_t stream, ffi::AnyBuffer
   if constexpr (Acc) {
     JMF_RETURN_IF_ERROR(check_addend(op, *addend, d.m, d.n, out->element_type()));
   }
+  const bool pair = rhs2 != nullptr;
+  if (pair) {
+    if (Acc || out2 == nullptr) return ffi::Error(ffi::ErrorCode::kInternal, name + ": pair misuse");
+    if (rhs2->element_type() != rhs.element_type() || dims_str(rhs2->dimensions()) != dims_str(rhs.dimensions())) {
+      return invalid(name + ": rhs1 must have rhs0's shape and dtype, got " + dims_str(rhs.dimensions()) + " " +
+                     DtypeName(rhs.element_type()) + " and " + dims_str(rhs2->dimensions()) + " " +
+                     DtypeName(rhs2->element_type()));
+    }
+    if (out2->element_type() != out->element_type() || dims_str(out2->dimensions()) != dims_str(od)) {
+      return invalid(name + ": out1 must have out0's shape and dtype");
+    }
+    if (2 * d.g > kInt32Max) return invalid(name + ": 2G problems must be < 2^31, got G=" + std::to_string(d.g));
+  }
   if (d.m == 0 || d.n == 0) return ffi::Error::Success();  // empty output
   if constexpr (Acc) {
     if (addend->untyped_data() != out->untyped_data()) {
@@ -575,10 +612,12 @@ ffi::Error RunForwardOrDgrad(const char* op, cudaStream_t stream, ffi::AnyBuffer
   if (d.g == 0 || d.k == 0) {
     // No group has a non-empty product: the whole output is zero (or the addend).
     if (!Acc) JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
+    if (pair) JMF_CUDA_CHECK(cudaMemsetAsync(out2->untyped_data(), 0, out2->size_bytes(), stream));
     return ffi::Error::Success();
   }
   if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) ||
-      !Aligned16(out->untyped_data())) {
+      !Aligned16(out->untyped_data()) ||
+      (pair && (!Aligned16(rhs2->untyped_data()) || !Aligned16(out2->untyped_data())))) {
     return invalid(name + ": lhs, rhs and out must be 16-byte aligned on CUDA");
   }
   DeviceInfo dev;
@@ -588,6 +627,10 @@ ffi::Error RunForwardOrDgrad(const char* op, cudaStream_t stream, ffi::AnyBuffer
   c.a = lhs.untyped_data();
   c.b = rhs.untyped_data();
   c.d = out->untyped_data();
+  if (pair) {
+    c.b2 = rhs2->untyped_data();
+    c.d2 = out2->untyped_data();
+  }
   c.out_elem_bytes = ffi::ByteWidth(out->element_type());
   c.accumulate = Acc;
   c.sizes = group_sizes.typed_data();

@@ -8,6 +8,7 @@ Group-size rule for bad values: negative sizes count as 0 and groups are clipped
 """
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
@@ -20,6 +21,15 @@ from jax_moe_ffi.ops import _common as c
 FWD_TARGET = "jax_moe_ffi_grouped_gemm"
 ACC_TARGET = "jax_moe_ffi_grouped_gemm_acc"
 WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
+# Two products of one lhs in one CUDA launch of 2G problems (one setup, one persistent grid, one tail): the
+# forward and the weight gradients of grouped_matmuls_shared_lhs' pairs. CUDA only; elsewhere the pair is two
+# calls of the targets above (the same values). Opt-in until measured on the device: JAX_MOE_FFI_PAIR_LAUNCH=1.
+PAIR_TARGET = "jax_moe_ffi_grouped_gemm_pair"
+WGRAD_PAIR_TARGET = "jax_moe_ffi_grouped_gemm_wgrad_pair"
+
+
+def _pair_launch() -> bool:
+    return os.environ.get("JAX_MOE_FFI_PAIR_LAUNCH", "0") == "1"
 
 
 def _cuda_unusable(target: str, dtype) -> str | None:
@@ -101,6 +111,54 @@ def _wgrad_call(lhs, dout, group_sizes, out_dtype):
                           cuda_unusable=_cuda_unusable(WGRAD_TARGET, lhs.dtype))
 
 
+def _fwd_pair_call(lhs, rhs0, rhs1, group_sizes, transpose_rhs: bool, out_dtype):
+    """(lhs . rhs0, lhs . rhs1) per group; rhs0 and rhs1 of one shape and dtype."""
+    m = lhs.shape[0]
+    n = rhs0.shape[1] if transpose_rhs else rhs0.shape[2]
+    out = jax.ShapeDtypeStruct((m, n), out_dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(2 * rhs0.shape[0]),), jnp.uint8)
+    cuda_call = jax.ffi.ffi_call(PAIR_TARGET, (out, out, ws), vmap_method="sequential")
+    cpu_call = jax.ffi.ffi_call(FWD_TARGET, out, vmap_method="sequential")
+    tr = np.bool_(transpose_rhs)
+
+    def cpu_fn(a, b0, b1, s):
+        return cpu_call(a, b0, s, transpose_rhs=tr), cpu_call(a, b1, s, transpose_rhs=tr)
+
+    def cuda_fn(a, b0, b1, s):
+        return tuple(cuda_call(a, b0, b1, s, transpose_rhs=tr)[:2])
+
+    def xla_fn(a, b0, b1, s):
+        sw = (lambda b: jnp.swapaxes(b, 1, 2)) if transpose_rhs else (lambda b: b)
+        return tuple(jax.lax.ragged_dot(a, sw(b), s, preferred_element_type=out_dtype) for b in (b0, b1))
+
+    return c.on_platforms(PAIR_TARGET, (lhs, rhs0, rhs1, group_sizes), cpu=cpu_fn, cuda=cuda_fn, fallback=xla_fn,
+                          cuda_unusable=_cuda_unusable(PAIR_TARGET, lhs.dtype))
+
+
+def _wgrad_pair_call(lhs, dout0, dout1, group_sizes, out_dtype):
+    """(lhs_g^T dout0_g, lhs_g^T dout1_g) per group; dout0 and dout1 of one shape and dtype."""
+    g = group_sizes.shape[0]
+    out = jax.ShapeDtypeStruct((g, lhs.shape[1], dout0.shape[1]), out_dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(2 * g),), jnp.uint8)
+    cuda_call = jax.ffi.ffi_call(WGRAD_PAIR_TARGET, (out, out, ws), vmap_method="sequential")
+    cpu_call = jax.ffi.ffi_call(WGRAD_TARGET, out, vmap_method="sequential")
+
+    def cpu_fn(a, d0, d1, s):
+        return cpu_call(a, d0, s), cpu_call(a, d1, s)
+
+    def cuda_fn(a, d0, d1, s):
+        return tuple(cuda_call(a, d0, d1, s)[:2])
+
+    def xla_fn(a, d0, d1, s):
+        dims = jax.lax.RaggedDotDimensionNumbers(
+            dot_dimension_numbers=(([0], [0]), ([], [])),
+            lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+        return tuple(jax.lax.ragged_dot_general(a, d, s, dims, preferred_element_type=out_dtype) for d in (d0, d1))
+
+    return c.on_platforms(WGRAD_PAIR_TARGET, (lhs, dout0, dout1, group_sizes), cpu=cpu_fn, cuda=cuda_fn,
+                          fallback=xla_fn, cuda_unusable=_cuda_unusable(WGRAD_PAIR_TARGET, lhs.dtype))
+
+
 def _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type):
     op = "grouped_matmul"
     c.check_rank(op, "lhs", lhs, 2, "[M, K]")
@@ -160,8 +218,16 @@ def _gmm_acc_bwd(transpose_rhs, res, dout):
 _gmm_acc.defvjp(_gmm_acc_fwd, _gmm_acc_bwd)
 
 
+def _pairable(a, b, ta=None, tb=None) -> bool:
+    """Two operands one pair launch can take: same shape and dtype (and layout / out dtype when given)."""
+    return _pair_launch() and a.shape == b.shape and a.dtype == b.dtype and ta == tb
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def _gmm_shared_lhs(lhs, rhss, group_sizes, transpose_rhs, out_dtypes):
+    if len(rhss) == 2 and _pairable(rhss[0], rhss[1], (transpose_rhs[0], out_dtypes[0]),
+                                    (transpose_rhs[1], out_dtypes[1])):
+        return _fwd_pair_call(lhs, rhss[0], rhss[1], group_sizes, transpose_rhs[0], out_dtypes[0])
     return tuple(_gmm(lhs, r, group_sizes, t, o) for r, t, o in zip(rhss, transpose_rhs, out_dtypes))
 
 
@@ -173,15 +239,20 @@ def _gmm_shared_lhs_bwd(transpose_rhs, out_dtypes, res, douts):
     # dlhs = sum_i dout_i . rhs_i^T: the first dgrad writes it, each later one adds its product in the
     # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM.
     lhs, rhss, group_sizes = res
+    douts = [d.astype(lhs.dtype) for d in douts]
     dlhs = None
     drhss = []
     for rhs, tr, dout in zip(rhss, transpose_rhs, douts):
-        dout = dout.astype(lhs.dtype)
         if dlhs is None:
             dlhs = _gmm(dout, rhs, group_sizes, not tr, lhs.dtype)
         else:
             dlhs = _gmm_acc(dout, rhs, group_sizes, dlhs, not tr)
-        drhss.append(_wgrad(dout, lhs, group_sizes, rhs.dtype) if tr else _wgrad(lhs, dout, group_sizes, rhs.dtype))
+    if (len(rhss) == 2 and not any(transpose_rhs) and rhss[0].dtype == rhss[1].dtype
+            and _pairable(douts[0], douts[1])):  # both weight gradients lhs^T . dout_i in one launch
+        drhss = list(_wgrad_pair(lhs, douts[0], douts[1], group_sizes, rhss[0].dtype))
+    else:
+        drhss = [_wgrad(dout, lhs, group_sizes, rhs.dtype) if tr else _wgrad(lhs, dout, group_sizes, rhs.dtype)
+                 for rhs, tr, dout in zip(rhss, transpose_rhs, douts)]
     return dlhs, tuple(drhss), c.float0_zeros(group_sizes)
 
 
@@ -207,6 +278,27 @@ def _wgrad_bwd(out_dtype, res, dw):
 
 
 _wgrad.defvjp(_wgrad_fwd, _wgrad_bwd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _wgrad_pair(lhs, dout0, dout1, group_sizes, out_dtype):
+    return _wgrad_pair_call(lhs, dout0, dout1, group_sizes, out_dtype)
+
+
+def _wgrad_pair_fwd(lhs, dout0, dout1, group_sizes, out_dtype):
+    return _wgrad_pair(lhs, dout0, dout1, group_sizes, out_dtype), (lhs, dout0, dout1, group_sizes)
+
+
+def _wgrad_pair_bwd(out_dtype, res, dws):
+    # the two _wgrad backwards, their lhs gradients summed (second-order gradients through a pair)
+    lhs, dout0, dout1, group_sizes = res
+    dl0, dd0, _ = _wgrad_bwd(out_dtype, (lhs, dout0, group_sizes), dws[0])
+    dl1, dd1, _ = _wgrad_bwd(out_dtype, (lhs, dout1, group_sizes), dws[1])
+    return (dl0.astype(jnp.float32) + dl1.astype(jnp.float32)).astype(lhs.dtype), dd0, dd1, \
+        c.float0_zeros(group_sizes)
+
+
+_wgrad_pair.defvjp(_wgrad_pair_fwd, _wgrad_pair_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
