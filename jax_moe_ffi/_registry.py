@@ -21,6 +21,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_grouped_gemm_wgrad": "JaxMoeFfiGroupedGemmWgradCuda",
     "jax_moe_ffi_grouped_gemm_pair": "JaxMoeFfiGroupedGemmPairCuda",
     "jax_moe_ffi_grouped_gemm_wgrad_pair": "JaxMoeFfiGroupedGemmWgradPairCuda",
+    "jax_moe_ffi_grouped_gemm_sum": "JaxMoeFfiGroupedGemmSumCuda",
     "jax_moe_ffi_grouped_gemm_fp8": "JaxMoeFfiGroupedGemmFp8Cuda",
     "jax_moe_ffi_dispatch_plan": "JaxMoeFfiDispatchPlanCuda",
     "jax_moe_ffi_dispatch": "JaxMoeFfiDispatchCuda",

@@ -439,3 +439,66 @@ def test_pair_launch_gives_the_same_values_and_lowers_to_the_pair_targets(dt, mo
     assert pairs(text1) == (1, 1), text1
     assert [count(text1, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc",
                                       "jax_moe_ffi_grouped_gemm_wgrad")] == [1, 1, 0], text1
+
+
+@pytest.mark.parametrize("dt", [jnp.float32, jnp.bfloat16])
+def test_sum_dgrad_matches_float64_and_lowers_to_the_sum_target(dt, monkeypatch):
+    """JAX_MOE_FFI_SUM_DGRAD=1: a shared-lhs pair's lhs gradient dout0 . rhs0^T + dout1 . rhs1^T is one call
+    (jax_moe_ffi_grouped_gemm_sum: on CUDA one K loop over both products). Its value (one rounding of the float32
+    sum) against a float64 reference of the same operands, rows no group covers zero; the other gradients and a
+    second-order gradient through it equal the default path's; lowered for CUDA, the sum target replaces the
+    dgrad and the accumulating dgrad."""
+    rng = np.random.default_rng(37)
+    m, k, n, g = 40, 16, 24, 5
+    sizes = np.array([9, 0, 13, 7, 4])  # sum 33 < M, an empty group
+    gs = jnp.asarray(sizes, jnp.int32)
+    a, u, v = rand(rng, (m, k), dt), rand(rng, (g, k, n), dt), rand(rng, (g, k, n), dt)
+    c1 = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
+    c2 = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
+
+    def loss(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs)
+        return jnp.sum(y1.astype(jnp.float32) * c1 + (y2.astype(jnp.float32) ** 2) * c2)
+
+    def run():
+        grads = jax.jit(jax.grad(loss, (0, 1, 2)))(a, u, v)
+        hvp = jax.jit(jax.grad(lambda u: jnp.sum(jax.grad(loss, 0)(a, u, v).astype(jnp.float32) ** 2)))(u)
+        return [*grads, hvp]
+
+    from jax_moe_ffi import _registry
+    from jax_moe_ffi.ops import grouped_gemm as gg
+
+    def cuda_text():
+        with monkeypatch.context() as mp:
+            mp.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))
+            return jax.jit(jax.grad(loss, (0, 1, 2))).trace(a, u, v).lower(lowering_platforms=("cuda",)).as_text()
+
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "0")
+    default = run()
+    text0 = cuda_text()
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "1")
+    summed = run()
+    text1 = cuda_text()
+    assert gg.SUM_TARGET in _registry.CUDA_SYMBOLS
+    # float64 reference of the lhs gradient from the same (rounded) cotangents the op receives
+    y2 = np.asarray(jmf.grouped_matmul(a, v, gs), np.float64)
+    d1 = np.asarray(np.asarray(c1, np.float32).astype(dt), np.float64)
+    d2 = np.asarray(np.asarray(2 * y2 * np.asarray(c2), np.float32).astype(dt), np.float64)
+    ref = np.zeros((m, k))
+    uu, vv = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    for gi, (b, e) in enumerate(zip(np.cumsum(sizes) - sizes, np.cumsum(sizes))):
+        ref[b:e] = d1[b:e] @ uu[gi].T + d2[b:e] @ vv[gi].T
+    assert rel_err(summed[0], ref) <= TOL[dt]
+    assert np.all(np.asarray(summed[0], np.float32)[sizes.sum():] == 0)
+    assert rel_err(summed[0], default[0]) <= 2 * TOL[dt]
+    for x, y in zip(summed[1:3], default[1:3]):  # weight gradients do not go through the sum
+        np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+    assert rel_err(summed[3], default[3]) <= 4 * TOL[dt]
+    count = lambda t, name: t.count(f"custom_call @{name}(")
+    assert count(text0, gg.SUM_TARGET) == 0
+    if dt == jnp.float32:  # 16-bit operands only on CUDA: XLA's ragged_dot there
+        assert count(text1, gg.SUM_TARGET) == 0
+        return
+    assert [count(text0, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [3, 1], text0
+    assert count(text1, gg.SUM_TARGET) == 1, text1
+    assert [count(text1, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [2, 0], text1

@@ -43,6 +43,8 @@ struct GroupArrays {
   Shape* shapes;
   const ElementA** ptr_a;
   const ElementB** ptr_b;
+  const ElementA** ptr_a1 = nullptr;  // two products (LaunchOperands::a1): the second product's operands
+  const ElementB** ptr_b1 = nullptr;
   ElementD** ptr_d;
   StrideA* stride_a;
   StrideB* stride_b;
@@ -89,12 +91,23 @@ enum class Zero { kNone, kTailRows, kEmptyGroups };
 // The B operands and outputs of one launch: one set, or two that share A and the group sizes (a pair:
 // problems g and G + g, e.g. the gate and up projections of the same rows), so that both run in one
 // persistent launch with one tail and one setup.
+//
+// Two products (a1 != nullptr, forward / dgrad, copies = 1): out_g = a_g . b[0]_g + a1_g . b[1]_g in one
+// accumulator (TwoProductMainloop, two_product_mainloop.cuh); problem K = round_up(K, BLK_K) + K.
 template <class GemmDef>
 struct LaunchOperands {
   const typename GroupArrays<GemmDef>::ElementB* b[2];
   typename GroupArrays<GemmDef>::ElementD* d[2];
   int copies;  // 1 or 2
+  const typename GroupArrays<GemmDef>::ElementA* a1 = nullptr;
 };
+
+// Whether a kernel's mainloop is a TwoProductMainloop (its Arguments carry k_each).
+template <class Mainloop, class = void>
+struct HasTwoProducts : std::false_type {};
+template <class Mainloop>
+struct HasTwoProducts<Mainloop, std::void_t<decltype(std::declval<typename Mainloop::Arguments&>().k_each)>>
+    : std::true_type {};
 
 template <class GemmDef>
 __global__ void __launch_bounds__(kSetupThreads)
@@ -154,8 +167,15 @@ __global__ void __launch_bounds__(kSetupThreads)
           arr.ptr_d[p] = ops.d[c] + g * k * n;
         } else {
           // rows == 0 gives zero tiles along M: the scheduler skips the group.
+          int64_t problem_k = k;
+          if (ops.a1 != nullptr) {  // two products, each padded to whole k-tiles
+            constexpr int64_t kTileK = cute::size<2>(typename GemmDef::ConfigT::TileShape{});
+            problem_k = CeilDiv(k, kTileK) * kTileK + k;
+            arr.ptr_a1[g] = ops.a1 + r.begin * k;
+            arr.ptr_b1[g] = ops.b[1] + g * k * n;
+          }
           arr.shapes[p] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
-                                              static_cast<int>(k));
+                                              static_cast<int>(problem_k));
           arr.ptr_b[p] = ops.b[c] + g * k * n;
           arr.ptr_d[p] = ops.d[c] + r.begin * n;
         }
@@ -215,6 +235,7 @@ struct GemmCall {
   void* d;        // out [M,N] (forward / dgrad) or [G,K,N] (wgrad)
   const void* b2 = nullptr;  // a pair (LaunchOperands): the second B and out, same shapes and dtypes
   void* d2 = nullptr;
+  const void* a2 = nullptr;  // two products summed (with b2; d2 unused): out = a . b + a2 . b2
   size_t out_elem_bytes;
   bool accumulate = false;  // out already holds the addend: D = acc + out (forward / dgrad only)
   const int32_t* sizes;
@@ -235,7 +256,11 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   // it moves to another group; its size depends only on hw_info.sm_count.
   const size_t workspace_bytes = Kernel::get_workspace_size(args);
 
-  const int copies = c.b2 != nullptr ? 2 : 1;
+  constexpr bool kTwoProducts = HasTwoProducts<typename Kernel::CollectiveMainloop>::value;
+  if (kTwoProducts != (c.a2 != nullptr) || (c.a2 != nullptr && (c.b2 == nullptr || c.op == Op::kWgrad))) {
+    return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: two-product GEMM / kernel mismatch");
+  }
+  const int copies = c.b2 != nullptr && c.a2 == nullptr ? 2 : 1;
   const size_t ng = static_cast<size_t>(c.g) * copies;  // problems
   WorkspaceCarver carve;
   const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
@@ -245,6 +270,8 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
   const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
   const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
+  const size_t o_ptr_a1 = kTwoProducts ? carve.take(ng * sizeof(void*)) : 0;
+  const size_t o_ptr_b1 = kTwoProducts ? carve.take(ng * sizeof(void*)) : 0;
   const size_t o_workspace = carve.take(workspace_bytes);
   const size_t offset = carve.offset;
 
@@ -262,6 +289,10 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
   arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
   arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  if (kTwoProducts) {
+    arr.ptr_a1 = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a1);
+    arr.ptr_b1 = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b1);
+  }
   void* workspace = base + o_workspace;
 
   // 1. Per-group metadata, and zeros where the GEMM does not write (SetupGroupsKernel, Zero). Grid sizes
@@ -292,8 +323,9 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   ops.copies = copies;
   ops.b[0] = static_cast<const typename Arr::ElementB*>(c.b);
   ops.d[0] = static_cast<typename Arr::ElementD*>(c.d);
-  ops.b[1] = copies == 2 ? static_cast<const typename Arr::ElementB*>(c.b2) : nullptr;
+  ops.b[1] = c.b2 != nullptr ? static_cast<const typename Arr::ElementB*>(c.b2) : nullptr;
   ops.d[1] = copies == 2 ? static_cast<typename Arr::ElementD*>(c.d2) : nullptr;
+  ops.a1 = static_cast<const typename Arr::ElementA*>(c.a2);
   if (SeparateZeroLaunch() && zero != Zero::kNone) {
     // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
     SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
@@ -314,6 +346,11 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   args.mainloop.dA = arr.stride_a;
   args.mainloop.ptr_B = arr.ptr_b;
   args.mainloop.dB = arr.stride_b;
+  if constexpr (kTwoProducts) {
+    args.mainloop.ptr_A1 = arr.ptr_a1;
+    args.mainloop.ptr_B1 = arr.ptr_b1;
+    args.mainloop.k_each = static_cast<int>(c.k);
+  }
   args.epilogue.thread.alpha = 1.0f;
   if constexpr (GemmDef::kWithAddend) {
     // D = acc + C, C read from D's own rows before they are written (same tile, same CTA).

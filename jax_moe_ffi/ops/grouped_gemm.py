@@ -26,10 +26,19 @@ WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
 # calls of the targets above (the same values). Opt-in until measured on the device: JAX_MOE_FFI_PAIR_LAUNCH=1.
 PAIR_TARGET = "jax_moe_ffi_grouped_gemm_pair"
 WGRAD_PAIR_TARGET = "jax_moe_ffi_grouped_gemm_wgrad_pair"
+# The lhs gradient of such a pair, dout0 . rhs0^T + dout1 . rhs1^T, as one GEMM whose K loop runs over both
+# products into one float32 accumulator (cc/cuda/two_product_mainloop.cuh): no read-back of a first product,
+# one rounding. CUDA only (elsewhere two float32 products, added, rounded once). Opt-in until measured on the
+# device: JAX_MOE_FFI_SUM_DGRAD=1 (otherwise the second dgrad accumulates into the first in its epilogue).
+SUM_TARGET = "jax_moe_ffi_grouped_gemm_sum"
 
 
 def _pair_launch() -> bool:
     return os.environ.get("JAX_MOE_FFI_PAIR_LAUNCH", "0") == "1"
+
+
+def _sum_dgrad() -> bool:
+    return os.environ.get("JAX_MOE_FFI_SUM_DGRAD", "0") == "1"
 
 
 def _cuda_unusable(target: str, dtype) -> str | None:
@@ -159,6 +168,31 @@ def _wgrad_pair_call(lhs, dout0, dout1, group_sizes, out_dtype):
                           fallback=xla_fn, cuda_unusable=_cuda_unusable(WGRAD_PAIR_TARGET, lhs.dtype))
 
 
+def _sum_call(lhs0, rhs0, lhs1, rhs1, group_sizes):
+    """lhs0 . rhs0[g]^T + lhs1 . rhs1[g]^T per group (rhs [G,N,K]; both pairs of one shape and dtype), in
+    lhs0's dtype, rounded once from float32."""
+    m, n = lhs0.shape[0], rhs0.shape[1]
+    out = jax.ShapeDtypeStruct((m, n), lhs0.dtype)
+    ws = jax.ShapeDtypeStruct((_cuda_workspace_bytes(rhs0.shape[0]),), jnp.uint8)
+    cuda_call = jax.ffi.ffi_call(SUM_TARGET, (out, ws), vmap_method="sequential")
+    cpu_call = jax.ffi.ffi_call(FWD_TARGET, jax.ShapeDtypeStruct((m, n), jnp.float32), vmap_method="sequential")
+    tr = np.bool_(True)
+
+    def cpu_fn(a0, b0, a1, b1, s):
+        return (cpu_call(a0, b0, s, transpose_rhs=tr) + cpu_call(a1, b1, s, transpose_rhs=tr)).astype(lhs0.dtype)
+
+    def cuda_fn(a0, b0, a1, b1, s):
+        return cuda_call(a0, b0, a1, b1, s, transpose_rhs=tr)[0]
+
+    def xla_fn(a0, b0, a1, b1, s):
+        prods = [jax.lax.ragged_dot(a, jnp.swapaxes(b, 1, 2), s, preferred_element_type=jnp.float32)
+                 for a, b in ((a0, b0), (a1, b1))]
+        return (prods[0] + prods[1]).astype(lhs0.dtype)
+
+    return c.on_platforms(SUM_TARGET, (lhs0, rhs0, lhs1, rhs1, group_sizes), cpu=cpu_fn, cuda=cuda_fn,
+                          fallback=xla_fn, cuda_unusable=_cuda_unusable(SUM_TARGET, lhs0.dtype))
+
+
 def _check_gmm(lhs, rhs, group_sizes, transpose_rhs, preferred_element_type):
     op = "grouped_matmul"
     c.check_rank(op, "lhs", lhs, 2, "[M, K]")
@@ -237,16 +271,21 @@ def _gmm_shared_lhs_fwd(lhs, rhss, group_sizes, transpose_rhs, out_dtypes):
 
 def _gmm_shared_lhs_bwd(transpose_rhs, out_dtypes, res, douts):
     # dlhs = sum_i dout_i . rhs_i^T: the first dgrad writes it, each later one adds its product in the
-    # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM.
+    # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM; or, for a pair with
+    # JAX_MOE_FFI_SUM_DGRAD=1, both products in one GEMM (_gmm_sum).
     lhs, rhss, group_sizes = res
     douts = [d.astype(lhs.dtype) for d in douts]
-    dlhs = None
-    drhss = []
-    for rhs, tr, dout in zip(rhss, transpose_rhs, douts):
-        if dlhs is None:
-            dlhs = _gmm(dout, rhs, group_sizes, not tr, lhs.dtype)
-        else:
-            dlhs = _gmm_acc(dout, rhs, group_sizes, dlhs, not tr)
+    if (_sum_dgrad() and len(rhss) == 2 and not any(transpose_rhs) and rhss[0].shape == rhss[1].shape
+            and rhss[0].dtype == rhss[1].dtype == lhs.dtype):
+        # one GEMM over both products (rhs [G,K,N] is the [G,N,K] operand of the dgrad form)
+        dlhs = _gmm_sum(douts[0], rhss[0], douts[1], rhss[1], group_sizes)
+    else:
+        dlhs = None
+        for rhs, tr, dout in zip(rhss, transpose_rhs, douts):
+            if dlhs is None:
+                dlhs = _gmm(dout, rhs, group_sizes, not tr, lhs.dtype)
+            else:
+                dlhs = _gmm_acc(dout, rhs, group_sizes, dlhs, not tr)
     if (len(rhss) == 2 and not any(transpose_rhs) and rhss[0].dtype == rhss[1].dtype
             and _pairable(douts[0], douts[1])):  # both weight gradients lhs^T . dout_i in one launch
         drhss = list(_wgrad_pair(lhs, douts[0], douts[1], group_sizes, rhss[0].dtype))
@@ -299,6 +338,28 @@ def _wgrad_pair_bwd(out_dtype, res, dws):
 
 
 _wgrad_pair.defvjp(_wgrad_pair_fwd, _wgrad_pair_bwd)
+
+
+@jax.custom_vjp
+def _gmm_sum(lhs0, rhs0, lhs1, rhs1, group_sizes):
+    """lhs0 . rhs0[g]^T + lhs1 . rhs1[g]^T per group, rhs [G,N,K]."""
+    return _sum_call(lhs0, rhs0, lhs1, rhs1, group_sizes)
+
+
+def _gmm_sum_fwd(lhs0, rhs0, lhs1, rhs1, group_sizes):
+    return _gmm_sum(lhs0, rhs0, lhs1, rhs1, group_sizes), (lhs0, rhs0, lhs1, rhs1, group_sizes)
+
+
+def _gmm_sum_bwd(res, dout):
+    # each product's own gradients (second-order gradients through the lhs gradient of a pair)
+    lhs0, rhs0, lhs1, rhs1, group_sizes = res
+    dout = dout.astype(lhs0.dtype)
+    return (_gmm(dout, rhs0, group_sizes, False, lhs0.dtype), _wgrad(dout, lhs0, group_sizes, rhs0.dtype),
+            _gmm(dout, rhs1, group_sizes, False, lhs1.dtype), _wgrad(dout, lhs1, group_sizes, rhs1.dtype),
+            c.float0_zeros(group_sizes))
+
+
+_gmm_sum.defvjp(_gmm_sum_fwd, _gmm_sum_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
