@@ -365,3 +365,62 @@ def test_pair_launch_bitwise_equals_two_launches(n, tr, monkeypatch):
     assert bool(jnp.all(y1[total:] == 0)) and bool(jnp.all(y2[total:] == 0))
     ref = ragged_f32(a, jnp.swapaxes(v, 1, 2) if tr else v, gs)
     assert rel(y2, ref) < 1e-2
+
+
+@pytest.mark.parametrize("m,k,n,g,kind", [
+    (65536, 768, 2048, 128, "even"),   # the Qwen3 layer's gate/up dgrad (coop 128x256, 1x2 cluster)
+    (6000, 776, 768, 24, "skew"),      # K not a multiple of 64 (each product's last k-tile zero-filled), 1x1
+    (6000, 64, 2048, 24, "skew"),      # one k-tile per product
+    (1500, 520, 264, 40, "skew"),      # short groups: the 64-row ping-pong tiles
+])
+def test_gpu_sum_dgrad_vs_float32_reference(m, k, n, g, kind):
+    """jax_moe_ffi_grouped_gemm_sum (two products, one K loop, TwoProductMainloop) against XLA's float32
+    ragged_dot of the same bf16 operands: the first product alone or a wrong second-product pairing would be
+    off by O(1); rows no group covers are zero; two runs are bitwise equal."""
+    from jax_moe_ffi.ops import grouped_gemm as gg
+    rng = np.random.default_rng(43)
+    gs = sizes_for(rng, m, g, m - 257, kind)
+    a0 = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    a1 = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    b0 = jnp.asarray(rng.standard_normal((g, n, k)) / np.sqrt(k), jnp.bfloat16)
+    b1 = jnp.asarray(rng.standard_normal((g, n, k)) / np.sqrt(k), jnp.bfloat16)
+    f = jax.jit(gg._sum_call)
+    assert 'custom_call_target="jax_moe_ffi_grouped_gemm_sum"' in f.lower(a0, b0, a1, b1, gs).compile().as_text()
+    out = f(a0, b0, a1, b1, gs)
+    ref = ragged_f32(a0, jnp.swapaxes(b0, 1, 2), gs) + ragged_f32(a1, jnp.swapaxes(b1, 1, 2), gs)
+    assert rel(out, ref) < 8e-3  # one bf16 rounding of the float32 sum
+    only_first = ragged_f32(a0, jnp.swapaxes(b0, 1, 2), gs)
+    assert rel(only_first, ref) > 0.5  # the test can tell a missing second product
+    total = int(np.asarray(gs).sum())
+    assert bool(jnp.all(out[total:] == 0))
+    np.testing.assert_array_equal(np.asarray(out.view(jnp.uint16)), np.asarray(f(a0, b0, a1, b1, gs).view(jnp.uint16)))
+
+
+def test_gpu_sum_dgrad_in_the_pair_backward(monkeypatch):
+    """JAX_MOE_FFI_SUM_DGRAD=1 in grouped_matmuls_shared_lhs' backward: the lhs gradient matches the default
+    (dgrad + accumulating dgrad) within the bf16 rounding it saves; the weight gradients are bitwise equal."""
+    rng = np.random.default_rng(47)
+    m, k, n, g = 6000, 1024, 768, 24
+    gs = sizes_for(rng, m, g, m - 300, "skew")
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    u = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    v = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    c1 = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+
+    def loss(a, u, v):
+        y1, y2 = jmf.grouped_matmuls_shared_lhs(a, (u, v), gs)
+        return jnp.sum(y1.astype(jnp.float32) * c1 * y2.astype(jnp.float32))
+
+    def run():
+        f = jax.jit(jax.grad(loss, (0, 1, 2)))
+        return f(a, u, v), f.lower(a, u, v).compile().as_text()
+
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "0")
+    default, text0 = run()
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "1")
+    summed, text1 = run()
+    assert 'custom_call_target="jax_moe_ffi_grouped_gemm_sum"' in text1
+    assert "jax_moe_ffi_grouped_gemm_sum" not in text0
+    assert rel(summed[0], default[0]) < 1e-2
+    for x, y in zip(summed[1:], default[1:]):
+        np.testing.assert_array_equal(np.asarray(x.view(jnp.uint16)), np.asarray(y.view(jnp.uint16)))

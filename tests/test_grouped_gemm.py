@@ -499,6 +499,8 @@ def test_sum_dgrad_matches_float64_and_lowers_to_the_sum_target(dt, monkeypatch)
     if dt == jnp.float32:  # 16-bit operands only on CUDA: XLA's ragged_dot there
         assert count(text1, gg.SUM_TARGET) == 0
         return
-    assert [count(text0, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [3, 1], text0
+    # default: y2's forward (y1 is only used linearly: XLA drops its forward), the first dgrad and the second
+    # accumulating into it; summed: the forward and the one sum call
+    assert [count(text0, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [2, 1], text0
     assert count(text1, gg.SUM_TARGET) == 1, text1
-    assert [count(text1, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [2, 0], text1
+    assert [count(text1, t) for t in ("jax_moe_ffi_grouped_gemm", "jax_moe_ffi_grouped_gemm_acc")] == [1, 0], text1

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kSetupThreads)
           int64_t problem_k = k;
           if (ops.a1 != nullptr) {  // two products, each padded to whole k-tiles
             constexpr int64_t kTileK = cute::size<2>(typename GemmDef::ConfigT::TileShape{});
-            problem_k = CeilDiv(k, kTileK) * kTileK + k;
+            problem_k = (k + kTileK - 1) / kTileK * kTileK + k;
             arr.ptr_a1[g] = ops.a1 + r.begin * k;
             arr.ptr_b1[g] = ops.b[1] + g * k * n;
           }
