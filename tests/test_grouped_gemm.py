@@ -360,7 +360,10 @@ def test_shared_lhs_pair_gradients_match_ragged_dot(p):
             assert rel_err(a, b) <= 2 * TOL[dt], name
 
 
-def test_shared_lhs_backward_uses_the_accumulate_call_not_an_add():
+def test_shared_lhs_backward_uses_the_accumulate_call_not_an_add(monkeypatch):
+    """With the two-product dgrad off (JAX_MOE_FFI_SUM_DGRAD=0; test_sum_dgrad_* covers it on), the second
+    dgrad of a pair accumulates into the first in place."""
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "0")
     lhs, rhs, gs = _problem()
     rhs2 = rhs * 2
 
@@ -416,6 +419,7 @@ def test_pair_launch_gives_the_same_values_and_lowers_to_the_pair_targets(dt, mo
             mp.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))
             return jax.jit(jax.grad(loss, (0, 1, 2))).trace(a, u, v).lower(lowering_platforms=("cuda",)).as_text()
 
+    monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "0")  # the dgrads as counted below (the sum: its own test)
     monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "0")
     single = run()
     text0 = cuda_text()
@@ -473,6 +477,7 @@ def test_sum_dgrad_matches_float64_and_lowers_to_the_sum_target(dt, monkeypatch)
             mp.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))
             return jax.jit(jax.grad(loss, (0, 1, 2))).trace(a, u, v).lower(lowering_platforms=("cuda",)).as_text()
 
+    monkeypatch.setenv("JAX_MOE_FFI_PAIR_LAUNCH", "0")  # single forward calls, as counted below
     monkeypatch.setenv("JAX_MOE_FFI_SUM_DGRAD", "0")
     default = run()
     text0 = cuda_text()

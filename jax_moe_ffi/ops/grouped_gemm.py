@@ -23,22 +23,24 @@ ACC_TARGET = "jax_moe_ffi_grouped_gemm_acc"
 WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_wgrad"
 # Two products of one lhs in one CUDA launch of 2G problems (one setup, one persistent grid, one tail): the
 # forward and the weight gradients of grouped_matmuls_shared_lhs' pairs. CUDA only; elsewhere the pair is two
-# calls of the targets above (the same values). Opt-in until measured on the device: JAX_MOE_FFI_PAIR_LAUNCH=1.
+# calls of the targets above (the same values). Default since session 11 (H200: 20-25 us less kernel time per
+# pair); JAX_MOE_FFI_PAIR_LAUNCH=0 runs two launches (A/B).
 PAIR_TARGET = "jax_moe_ffi_grouped_gemm_pair"
 WGRAD_PAIR_TARGET = "jax_moe_ffi_grouped_gemm_wgrad_pair"
 # The lhs gradient of such a pair, dout0 . rhs0^T + dout1 . rhs1^T, as one GEMM whose K loop runs over both
 # products into one float32 accumulator (cc/cuda/two_product_mainloop.cuh): no read-back of a first product,
-# one rounding. CUDA only (elsewhere two float32 products, added, rounded once). Opt-in until measured on the
-# device: JAX_MOE_FFI_SUM_DGRAD=1 (otherwise the second dgrad accumulates into the first in its epilogue).
+# one rounding. CUDA only (elsewhere two float32 products, added, rounded once). Default since session 11 (H200,
+# Qwen3 layer: 686 us for both products vs 826 us as dgrad + accumulating dgrad); JAX_MOE_FFI_SUM_DGRAD=0 runs
+# the second dgrad accumulating into the first in its epilogue (A/B).
 SUM_TARGET = "jax_moe_ffi_grouped_gemm_sum"
 
 
 def _pair_launch() -> bool:
-    return os.environ.get("JAX_MOE_FFI_PAIR_LAUNCH", "0") == "1"
+    return os.environ.get("JAX_MOE_FFI_PAIR_LAUNCH", "1") == "1"
 
 
 def _sum_dgrad() -> bool:
-    return os.environ.get("JAX_MOE_FFI_SUM_DGRAD", "0") == "1"
+    return os.environ.get("JAX_MOE_FFI_SUM_DGRAD", "1") == "1"
 
 
 def _cuda_unusable(target: str, dtype) -> str | None:
@@ -271,8 +273,8 @@ def _gmm_shared_lhs_fwd(lhs, rhss, group_sizes, transpose_rhs, out_dtypes):
 
 def _gmm_shared_lhs_bwd(transpose_rhs, out_dtypes, res, douts):
     # dlhs = sum_i dout_i . rhs_i^T: the first dgrad writes it, each later one adds its product in the
-    # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM; or, for a pair with
-    # JAX_MOE_FFI_SUM_DGRAD=1, both products in one GEMM (_gmm_sum).
+    # GEMM epilogue (grouped_matmul_acc) -- no separate [M, K] add per extra GEMM; for a pair (unless
+    # JAX_MOE_FFI_SUM_DGRAD=0), both products in one GEMM (_gmm_sum).
     lhs, rhss, group_sizes = res
     douts = [d.astype(lhs.dtype) for d in douts]
     if (_sum_dgrad() and len(rhss) == 2 and not any(transpose_rhs) and rhss[0].shape == rhss[1].shape
