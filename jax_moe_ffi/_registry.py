@@ -30,6 +30,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_quantize_mxfp8": "JaxMoeFfiQuantizeMxfp8Cuda",
     "jax_moe_ffi_quantize_blockwise": "JaxMoeFfiQuantizeBlockwiseCuda",
     "jax_moe_ffi_quantize_tiles_t": "JaxMoeFfiQuantizeTilesTransposedCuda",
+    "jax_moe_ffi_top_k": "JaxMoeFfiTopKCuda",
 }
 
 cpu_targets: tuple[str, ...] = ()

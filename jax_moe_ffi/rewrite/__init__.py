@@ -230,6 +230,12 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                          + "; ".join(f"{n} {t} {_fmt_bytes(b)}" + (f" (x{c})" if c > 1 else "")
                                      for n, (t, b, c) in tagged.items())
                          + " -- choose what to offload by size: each byte crosses PCIe twice per step")
+    from jax_moe_ffi.rewrite import interp as _interp
+    swapped = [n for p in plan.all_plans() for n in _interp.schedule(p) if _interp.router_topk(p, n)]
+    if swapped:
+        notes.append(f"router top_k: {len(swapped)} swapped for the jax_moe_ffi top_k kernel ("
+                     + ", ".join(f"{n.ins[0].aval.str_short()} k={n.params['k']}" for n in swapped)
+                     + "; bitwise lax.top_k, which XLA:GPU runs as a sort of every row narrower than 1024)")
     if streams and any(p.sites for p in plan.all_plans()):
         from jax_moe_ffi.rewrite import interp
         side = [b for p in plan.all_plans() for b in interp.side_branches(p, interp.schedule(p)).values()]

@@ -12,6 +12,9 @@ import jax
 from jax import lax
 from jax._src import source_info_util as siu
 
+import os
+
+from jax_moe_ffi.ops import topk as TK
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite import ragged as RG
 from jax_moe_ffi.rewrite.facts import Facts
@@ -187,6 +190,8 @@ def run(plan, args):
         subs = plan.subplans.get(node)
         if node in plan.ragged:
             outs = [RG.emit(node, plan.ragged[node], vals, plan.options.get("recipe"))]
+        elif router_topk(plan, node):
+            outs = list(TK.top_k(vals[0], node.params["k"]))
         elif subs is not None and any(p.has_sites() for p in subs):
             outs = _structured(node, subs, vals)
         else:
@@ -194,6 +199,20 @@ def run(plan, args):
         for o, val in zip(node.outs, outs):
             env[o] = val
     return [read(v) for v in prog.outvars]
+
+
+def router_topk(plan, node) -> bool:
+    """Whether `node` is a top_k over the last axis in a program with MoE sites that the jax_moe_ffi top_k
+    kernel takes: it gives lax.top_k's values and indices bitwise (ops/topk.py), so the routing is unchanged,
+    and XLA would sort every row of a router's narrow [tokens, experts] scores. JAX_MOE_FFI_ROUTER_TOPK=0 keeps
+    lax.top_k (A/B)."""
+    if node.kind != "prim" or node.name != "top_k" or not (plan.sites or plan.ragged):
+        return False
+    if os.environ.get("JAX_MOE_FFI_ROUTER_TOPK", "1") == "0":
+        return False
+    x = node.ins[0]
+    return node.params.get("axis", x.ndim - 1) in (-1, x.ndim - 1) and \
+        TK.supported(x.shape, x.dtype, node.params["k"]) is None
 
 
 # Ops that change only an array's layout, dtype or annotations: the tokens before and after are the same tokens.
