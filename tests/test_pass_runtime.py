@@ -270,7 +270,8 @@ def test_gpu_scanned_model_without_remat_runs_each_expert_gemm_once():
     want = collections.Counter(re.findall(r"@(jax_moe_ffi_(?:grouped_gemm\w*|dispatch))\(", lowered.as_text()))
     got = collections.Counter(re.findall(r'custom_call_target="(jax_moe_ffi_(?:grouped_gemm\w*|dispatch))"',
                                          lowered.compile().as_text()))
-    assert want["jax_moe_ffi_grouped_gemm"] >= 3 and got == want, (want, got)
+    gemm_calls = sum(v for t, v in want.items() if t.startswith("jax_moe_ffi_grouped_gemm"))
+    assert gemm_calls >= 3 and got == want, (want, got)
 
 
 def test_offload_by_index_places_one_expert_gemm_output():

@@ -27,13 +27,14 @@ def make_rows(rng, shape, dtype, ties: bool, specials: bool):
     return jnp.asarray(x, dtype)
 
 
-@given(rows=st.integers(1, 40), n=st.integers(1, 1024), kk=st.integers(1, 32),
-       dtype=st.sampled_from([jnp.float32, jnp.bfloat16, jnp.float16]), ties=st.booleans(),
+@given(rows=st.integers(1, 40), n=st.integers(1, 1024), kk=st.integers(1, 32), ties=st.booleans(),
        specials=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_bitwise_lax_top_k(rows, n, kk, dtype, ties, specials, seed):
+def test_bitwise_lax_top_k(rows, n, kk, ties, specials, seed):
     k = min(kk, n)
-    x = make_rows(np.random.default_rng(seed), (rows, n), dtype, ties, specials)
-    assert_same(jax.jit(topk.top_k, static_argnums=1)(x, k), jax.lax.top_k(x, k))
+    x = make_rows(np.random.default_rng(seed), (rows, n), jnp.float32, ties, specials)
+    f = jax.jit(topk.top_k, static_argnums=1)
+    assert "jax_moe_ffi_top_k" in f.lower(x, k).as_text()
+    assert_same(f(x, k), jax.lax.top_k(x, k))
 
 
 def test_leading_dims_vmap_and_gradient():
@@ -48,13 +49,16 @@ def test_leading_dims_vmap_and_gradient():
     assert float(jnp.abs(g).sum()) > 0
 
 
-def test_lowers_to_the_kernel_and_wide_rows_say_so():
+def test_lowers_to_the_kernel_and_other_rows_say_so():
     x = jnp.ones((4, 128), jnp.float32)
     assert "custom_call @jax_moe_ffi_top_k(" in jax.jit(lambda x: topk.top_k(x, 8)).lower(x).as_text()
-    wide = jnp.asarray(np.random.default_rng(0).standard_normal((2, 1500)), jnp.float32)
-    with pytest.warns(RuntimeWarning, match="lax.top_k runs instead"):
-        out = topk.top_k(wide, 8)
-    assert_same(out, jax.lax.top_k(wide, 8))
+    rng = np.random.default_rng(0)
+    for other, why in ((jnp.asarray(rng.standard_normal((2, 1500)), jnp.float32), "rows of 1500"),
+                       (make_rows(rng, (3, 64), jnp.bfloat16, ties=True, specials=False), "float32 only")):
+        with pytest.warns(RuntimeWarning, match=f"lax.top_k runs instead.*{why}"):
+            out = topk.top_k(other, 8)
+        assert_same(out, jax.lax.top_k(other, 8))
+        assert "jax_moe_ffi_top_k" not in jax.jit(lambda x: topk.top_k(x, 8)).lower(other).as_text()
 
 
 def test_bad_arguments_name_them():
@@ -68,9 +72,10 @@ def test_bad_arguments_name_them():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", [(128, 8), (8, 2), (64, 6), (160, 8), (256, 8), (384, 8), (1024, 32), (33, 32)])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_gpu_bitwise_lax_top_k(n, k, dtype):
-    """The CUDA kernel against XLA's own top_k on the same GPU, with ties and special values."""
+def test_gpu_bitwise_lax_top_k(n, k):
+    """The CUDA kernel against XLA's own top_k on the same GPU, with ties and special values (float32: on the
+    H200, XLA's bfloat16 top_k orders ties otherwise, 3-37% of the outputs in session 11, so bf16 stays XLA's)."""
+    dtype = jnp.float32
     rng = np.random.default_rng(n * 31 + k)
     for ties, specials in ((False, False), (True, False), (True, True)):
         x = make_rows(rng, (8193, n), dtype, ties, specials)

@@ -1,6 +1,6 @@
 // CPU top-k over the last axis as a typed XLA FFI handler (semantics: jax_moe_ffi/ops/topk.py):
 //
-//   jax_moe_ffi_top_k : x [R, N] f32|bf16|f16 -> values [R, k] (x's dtype), indices [R, k] s32; attr k.
+//   jax_moe_ffi_top_k : x [R, N] f32 -> values [R, k] f32, indices [R, k] s32; attr k.
 //
 // Order of jax.lax.top_k: descending in the float total order, equal values by lower index. The total order
 // is an integer order on the bits (TotalOrderKey), so the comparison is exact and NaNs sort like XLA's.
@@ -16,26 +16,17 @@
 namespace jax_moe_ffi {
 namespace {
 
-// The element's bits for TotalOrderKey: a float32's, or a 16-bit float's in the high half (the total order
-// depends only on sign and magnitude bits, so bf16 and f16 need no conversion).
-uint32_t OrderBits(const void* base, size_t esize, int64_t i) {
-  if (esize == 4) {
-    uint32_t b;
-    std::memcpy(&b, static_cast<const char*>(base) + 4 * i, 4);
-    return b;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const char*>(base) + 2 * i, 2);
-  return static_cast<uint32_t>(h) << 16;
+uint32_t OrderBits(const void* base, int64_t i) {
+  uint32_t b;
+  std::memcpy(&b, static_cast<const char*>(base) + 4 * i, 4);
+  return b;
 }
 
 ffi::Error TopKCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                    ffi::Result<ffi::Buffer<ffi::DataType::S32>> indices, int64_t k) {
   const std::string name = "top_k";
   const ffi::DataType t = x.element_type();
-  if (t != ffi::DataType::F32 && t != ffi::DataType::BF16 && t != ffi::DataType::F16) {
-    return invalid(name + ": x must be float32, bfloat16 or float16");
-  }
+  if (t != ffi::DataType::F32) return invalid(name + ": x must be float32");
   auto xd = x.dimensions();
   if (xd.size() != 2) return invalid(name + ": x must be rank 2 [R, N], got " + dims_str(xd));
   const int64_t rows = xd[0], n = xd[1];
@@ -49,12 +40,12 @@ ffi::Error TopKCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
     return invalid(name + ": values / indices must be [R, k] = [" + std::to_string(rows) + "," + std::to_string(k) +
                    "] (values in x's dtype)");
   }
-  const size_t esize = ffi::ByteWidth(t);
+  const size_t esize = 4;
   std::vector<int64_t> order(n);
   std::vector<int32_t> keys(n);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
-      keys[j] = topk::TotalOrderKey(OrderBits(x.untyped_data(), esize, r * n + j));
+      keys[j] = topk::TotalOrderKey(OrderBits(x.untyped_data(), r * n + j));
       order[j] = j;
     }
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {

@@ -300,7 +300,9 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   Zero zero = Zero::kNone;
   int64_t vecs_per_unit = 0;
   dim3 grid(1, 1);
-  const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+  // One block per SM: the zeroing is a grid-stride loop of 16-byte stores, and every block also scans the
+  // group sizes, so more blocks mostly add launch and scan time (the tail is empty in dropless calls).
+  const int64_t max_blocks = static_cast<int64_t>(dev.sm_count);
   if (c.op == Op::kWgrad) {
     zero = Zero::kEmptyGroups;
     vecs_per_unit = c.k * c.n * static_cast<int64_t>(c.out_elem_bytes) / 16;

@@ -1,7 +1,7 @@
 // CUDA top-k over the last axis of narrow rows (N <= 1024), exported as an XLA typed-FFI handler:
 //
 //   JaxMoeFfiTopKCuda -> target "jax_moe_ffi_top_k"
-//       x [R, N] f32|bf16|f16 -> values [R, k] (x's dtype), indices [R, k] s32; attr k (1..32, <= N)
+//       x [R, N] f32 -> values [R, k] f32, indices [R, k] s32; attr k (1..32, <= N)
 //
 // Why: XLA:GPU sorts every row of a narrow top-k (its own top-k kernel starts at 1,024 elements a row): 29 us
 // for a [8192, 128] router with k = 8 on the H200. Here one warp owns a row: lane l holds elements l, l+32, ...
@@ -25,15 +25,7 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-template <class T>
-__device__ __forceinline__ uint32_t OrderBits(T v);
-template <>
-__device__ __forceinline__ uint32_t OrderBits<uint32_t>(uint32_t v) { return v; }
-template <>
-__device__ __forceinline__ uint32_t OrderBits<uint16_t>(uint16_t v) { return static_cast<uint32_t>(v) << 16; }
-
-// T: the element's bits (uint32_t for f32, uint16_t for bf16 / f16). kPerLane: elements per lane (N <= 32 *
-// kPerLane).
+// T: the element's bits (uint32_t: float32). kPerLane: elements per lane (N <= 32 * kPerLane).
 template <class T, int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     TopKRowsKernel(const T* __restrict__ x, int64_t rows, int n, int k, T* __restrict__ values,
@@ -50,7 +42,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     const int j = lane + 32 * i;
     if (j < n) {
       raw[i] = xr[j];
-      key[i] = topk::TotalOrderKey(OrderBits(raw[i]));
+      key[i] = topk::TotalOrderKey(raw[i]);
     } else {
       raw[i] = T(0);
       key[i] = 0;
@@ -114,9 +106,8 @@ ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
                     ffi::Result<ffi::Buffer<ffi::DataType::S32>> indices, int64_t k) {
   const std::string name = "top_k";
   const ffi::DataType t = x.element_type();
-  if (t != ffi::DataType::F32 && t != ffi::DataType::BF16 && t != ffi::DataType::F16) {
-    return invalid(name + ": x must be float32, bfloat16 or float16");
-  }
+  // float32 only (ops/topk.py: XLA:GPU orders 16-bit ties its own way)
+  if (t != ffi::DataType::F32) return invalid(name + ": x must be float32");
   auto xd = x.dimensions();
   if (xd.size() != 2) return invalid(name + ": x must be rank 2 [R, N], got " + dims_str(xd));
   const int64_t rows = xd[0], n = xd[1];
@@ -136,11 +127,7 @@ ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     return invalid(name + ": too many rows for one launch: " + std::to_string(rows));
   }
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-  if (t == ffi::DataType::F32) {
-    LaunchForWidth<uint32_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
-  } else {
-    LaunchForWidth<uint16_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
-  }
+  LaunchForWidth<uint32_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in the top_k launch: ") +

@@ -3,11 +3,13 @@
 XLA:GPU runs its own top-k kernel only for rows of at least 1,024 elements; narrower rows get a full sort of
 every row followed by a slice (29.4 us of the Qwen3 layer's 1.43 ms forward for [8192, 128], k = 8). Here one
 warp holds a row in registers and takes k successive maxima (cc/cuda/topk.cu); the CPU handler
-(cc/cpu/topk.cc) does a partial sort. Both order as `lax.top_k` does: descending in the float total order
-(NaN above +inf, +0 above -0, -NaN lowest), equal values by lower index. `optimize()` swaps the routers'
+(cc/cpu/topk.cc) does a partial sort. Both order as `lax.top_k` does on float32: descending in the float total
+order (NaN above +inf, +0 above -0, -NaN lowest), equal values by lower index. `optimize()` swaps the routers'
 `top_k` for this op (bitwise the same values and indices, so routing is unchanged).
 
-Rows wider than MAX_ROW or k > MAX_K run `lax.top_k` (said once).
+float32 only: on the H200, XLA's top_k of bfloat16 rows orders equal values differently from its CPU top_k
+(and from the lower-index rule), so a 16-bit kernel could not be bitwise lax.top_k on both. Other dtypes,
+rows wider than MAX_ROW or k > MAX_K run `lax.top_k` (said once).
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def supported(shape, dtype, k: int) -> str | None:
     """Why top_k(x[shape], k) would run lax.top_k instead of this kernel, or None."""
     if len(shape) == 0:
         return "a scalar operand"
-    if jnp.dtype(dtype) not in c.FLOAT_DTYPES:
-        return f"dtype {jnp.dtype(dtype)} (float32 / bfloat16 / float16 only)"
+    if jnp.dtype(dtype) != jnp.dtype(jnp.float32):
+        return f"dtype {jnp.dtype(dtype)} (float32 only: XLA:GPU orders 16-bit ties its own way)"
     if shape[-1] > MAX_ROW:
         return f"rows of {shape[-1]} > {MAX_ROW} elements (XLA's own top-k kernel takes those)"
     if not 1 <= k <= min(MAX_K, shape[-1]):
