@@ -47,6 +47,9 @@ def test_leading_dims_vmap_and_gradient():
     g_ref = jax.grad(lambda x: jnp.sum(jax.lax.top_k(x, 8)[0] * w))(x)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(g_ref))
     assert float(jnp.abs(g).sum()) > 0
+    t = jnp.asarray(rng.standard_normal(x.shape), jnp.float32)  # forward mode too
+    np.testing.assert_array_equal(np.asarray(jax.jvp(lambda x: topk.top_k(x, 8)[0], (x,), (t,))[1]),
+                                  np.asarray(jax.jvp(lambda x: jax.lax.top_k(x, 8)[0], (x,), (t,))[1]))
 
 
 def test_lowers_to_the_kernel_and_other_rows_say_so():
