@@ -5,9 +5,8 @@
 //
 // Why: XLA:GPU sorts every row of a narrow top-k (its own top-k kernel starts at 1,024 elements a row): 29 us
 // for a [8192, 128] router with k = 8 on the H200. Here one warp owns a row: lane l holds elements l, l+32, ...
-// in registers (coalesced loads), sorted per lane, and each of the k rounds is two warp reductions in the order
-// of common/topk_order.h (lax.top_k's); the winning lane writes the value and index.
-// (First version: a per-lane scan and a 5-step shuffle argmax per round, 17 us at [8192, 128], k = 8.)
+// in registers (coalesced loads), and each of the k rounds is a per-lane scan plus a 5-step warp argmax in
+// the order of common/topk_order.h (lax.top_k's), whose winner's owner writes the value and index.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,74 +25,81 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// kPerLane: elements per lane (N <= 32 * kPerLane). Each lane sorts its elements once (unrolled compare-swaps,
-// registers only); each round is then two warp reductions over the lanes' heads -- the largest key
-// (__reduce_max_sync), then the lowest index holding it (__reduce_min_sync) -- and the winning lane pops its
-// head. Keys are TotalOrderKey as unsigned (the bits are recovered from them: the map is an involution).
-template <int kPerLane>
+// T: the element's bits (uint32_t: float32). kPerLane: elements per lane (N <= 32 * kPerLane).
+template <class T, int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    TopKRowsKernel(const uint32_t* __restrict__ x, int64_t rows, int n, int k, uint32_t* __restrict__ values,
+    TopKRowsKernel(const T* __restrict__ x, int64_t rows, int n, int k, T* __restrict__ values,
                    int32_t* __restrict__ indices) {
-  constexpr uint32_t kNone = 0xffffffffu;  // index of an exhausted slot: loses every index comparison
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= rows) return;  // whole warps only
-  const uint32_t* xr = x + row * n;
-  uint32_t key[kPerLane];  // TotalOrderKey ^ 0x80000000: the top-k order as unsigned (larger first)
-  uint32_t idx[kPerLane];
+  const T* xr = x + row * n;
+  T raw[kPerLane];
+  int32_t key[kPerLane];
+  uint32_t taken = 0;  // bit i: element lane + 32 i is out (selected, or past the row)
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int j = lane + 32 * i;
-    const bool in = j < n;
-    key[i] = in ? static_cast<uint32_t>(topk::TotalOrderKey(xr[j])) ^ 0x80000000u : 0u;
-    idx[i] = in ? static_cast<uint32_t>(j) : kNone;
-  }
-  // sort the lane's elements: larger key first, equal keys by lower index (exhausted slots last)
-#pragma unroll
-  for (int a = 0; a < kPerLane; ++a) {
-#pragma unroll
-    for (int b = kPerLane - 1; b > a; --b) {
-      const bool swap = key[b] > key[b - 1] || (key[b] == key[b - 1] && idx[b] < idx[b - 1]);
-      const uint32_t kb = key[b], ib = idx[b];
-      key[b] = swap ? key[b - 1] : kb;
-      idx[b] = swap ? idx[b - 1] : ib;
-      key[b - 1] = swap ? kb : key[b - 1];
-      idx[b - 1] = swap ? ib : idx[b - 1];
+    if (j < n) {
+      raw[i] = xr[j];
+      key[i] = topk::TotalOrderKey(raw[i]);
+    } else {
+      raw[i] = T(0);
+      key[i] = 0;
+      taken |= 1u << i;
     }
   }
   for (int r = 0; r < k; ++r) {
-    const uint32_t best_key = __reduce_max_sync(0xffffffffu, key[0]);
-    const uint32_t best_idx = __reduce_min_sync(0xffffffffu, key[0] == best_key ? idx[0] : kNone);
-    if (idx[0] == best_idx) {  // one lane (indices are distinct; k <= n keeps a real element in the race)
-      const int32_t ordered = static_cast<int32_t>(best_key ^ 0x80000000u);
-      values[row * k + r] = static_cast<uint32_t>(topk::TotalOrderKey(static_cast<uint32_t>(ordered)));
-      indices[row * k + r] = static_cast<int32_t>(best_idx);
+    int32_t best_key = 0;
+    int best_j = -1;  // -1: this lane has nothing left
 #pragma unroll
-      for (int i = 0; i + 1 < kPerLane; ++i) {
-        key[i] = key[i + 1];
-        idx[i] = idx[i + 1];
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i;
+      if (!(taken >> i & 1u) && (best_j < 0 || topk::Before(key[i], j, best_key, best_j))) {
+        best_key = key[i];
+        best_j = j;
       }
-      key[kPerLane - 1] = 0u;
-      idx[kPerLane - 1] = kNone;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const int32_t other_key = __shfl_xor_sync(0xffffffffu, best_key, off);
+      const int other_j = __shfl_xor_sync(0xffffffffu, best_j, off);
+      if (other_j >= 0 && (best_j < 0 || topk::Before(other_key, other_j, best_key, best_j))) {
+        best_key = other_key;
+        best_j = other_j;
+      }
+    }
+    // every lane now holds the row's r-th element (k <= n, so best_j >= 0); its owner writes it out
+    if ((best_j & 31) == lane) {
+      const int i = best_j >> 5;
+#pragma unroll
+      for (int q = 0; q < kPerLane; ++q) {
+        if (q == i) {
+          values[row * k + r] = raw[q];
+          taken |= 1u << q;
+        }
+      }
+      indices[row * k + r] = best_j;
     }
   }
 }
 
-template <int kPerLane>
+template <class T, int kPerLane>
 void Launch(cudaStream_t stream, const void* x, int64_t rows, int n, int k, void* values, int32_t* indices) {
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  TopKRowsKernel<kPerLane><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
-      static_cast<const uint32_t*>(x), rows, n, k, static_cast<uint32_t*>(values), indices);
+  TopKRowsKernel<T, kPerLane><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
+      static_cast<const T*>(x), rows, n, k, static_cast<T*>(values), indices);
 }
 
+template <class T>
 void LaunchForWidth(cudaStream_t stream, const void* x, int64_t rows, int n, int k, void* values,
                     int32_t* indices) {
-  if (n <= 32) return Launch<1>(stream, x, rows, n, k, values, indices);
-  if (n <= 64) return Launch<2>(stream, x, rows, n, k, values, indices);
-  if (n <= 128) return Launch<4>(stream, x, rows, n, k, values, indices);
-  if (n <= 256) return Launch<8>(stream, x, rows, n, k, values, indices);
-  if (n <= 512) return Launch<16>(stream, x, rows, n, k, values, indices);
-  return Launch<32>(stream, x, rows, n, k, values, indices);
+  if (n <= 32) return Launch<T, 1>(stream, x, rows, n, k, values, indices);
+  if (n <= 64) return Launch<T, 2>(stream, x, rows, n, k, values, indices);
+  if (n <= 128) return Launch<T, 4>(stream, x, rows, n, k, values, indices);
+  if (n <= 256) return Launch<T, 8>(stream, x, rows, n, k, values, indices);
+  if (n <= 512) return Launch<T, 16>(stream, x, rows, n, k, values, indices);
+  return Launch<T, 32>(stream, x, rows, n, k, values, indices);
 }
 
 ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
@@ -121,7 +127,7 @@ ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     return invalid(name + ": too many rows for one launch: " + std::to_string(rows));
   }
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-  LaunchForWidth(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
+  LaunchForWidth<uint32_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in the top_k launch: ") +

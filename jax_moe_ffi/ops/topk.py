@@ -55,13 +55,8 @@ _top_k = jax.custom_jvp(_call, nondiff_argnums=(1,))
 def _top_k_jvp(k, primals, tangents):
     (x,), (dx,) = primals, tangents
     vals, idx = _top_k(x, k)
-    # As lax.top_k's rule, the tangent of each selected value is the operand's tangent at its index, written as a
-    # select over the row instead of a gather: its transpose (the gradient) is then a select-and-sum XLA fuses
-    # into one elementwise kernel, not a scatter into zeros (13.6 us at [8192, 128] on the H200). Each output
-    # element gets at most one nonzero term (a row's indices are distinct), so both are exact.
-    hit = idx[..., :, None] == jnp.arange(x.shape[-1], dtype=idx.dtype)  # [..., k, N]
-    dvals = jnp.sum(jnp.where(hit, dx[..., None, :], jnp.zeros((), dx.dtype)), axis=-1)
-    return (vals, idx), (dvals, c.float0_zeros(idx))
+    # as lax.top_k's rule: the tangent of each selected value is the operand's tangent at its index
+    return (vals, idx), (jnp.take_along_axis(dx, idx, axis=-1), c.float0_zeros(idx))
 
 
 def top_k(x, k: int):
