@@ -41,6 +41,11 @@ struct GroupedGemmTwoProducts {
 
 template <class TIn>
 ffi::Error RunSum(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // The CI compile check (never run): one tile config compiles the template; the others differ only in
+  // CUTLASS's own tile parameters. Correct for every shape, if slower for some.
+  return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 2>>>(stream, ws, c, dev);
+#else
   // The plain dgrad's host rule (static shapes only); JAX_MOE_FFI_GEMM_TILES does not apply here.
   switch (AutoTiles(c)) {
     case Tiles::kSmall:
@@ -50,6 +55,7 @@ ffi::Error RunSum(cudaStream_t stream, const Workspace& ws, const GemmCall& c, c
     default:
       return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 2>>>(stream, ws, c, dev);
   }
+#endif
 }
 
 ffi::Error GroupedGemmSumImpl(cudaStream_t stream, ffi::AnyBuffer lhs0, ffi::AnyBuffer rhs0,
