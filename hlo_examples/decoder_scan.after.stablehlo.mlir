@@ -70,67 +70,8 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %19 = stablehlo.broadcast_in_dim %18, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
     %20 = stablehlo.broadcast_in_dim %19, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x8xf32>
     %21 = stablehlo.divide %17, %20 : tensor<256x8xf32>
-    %values, %indices = chlo.top_k(%21, k = 2) : tensor<256x8xf32> -> (tensor<256x2xf32>, tensor<256x2xi32>)
-    %cst_5 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %22 = stablehlo.reduce(%values init: %cst_5) applies stablehlo.add across dimensions = [1] : (tensor<256x2xf32>, tensor<f32>) -> tensor<256xf32>
-    %23 = stablehlo.broadcast_in_dim %22, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
-    %24 = stablehlo.broadcast_in_dim %23, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x2xf32>
-    %25 = stablehlo.divide %values, %24 : tensor<256x2xf32>
-    %26 = stablehlo.broadcast_in_dim %indices, dims = [0, 1] : (tensor<256x2xi32>) -> tensor<256x2x1xi32>
-    %27 = stablehlo.iota dim = 2 : tensor<1x1x8xi32>
-    %28 = stablehlo.broadcast_in_dim %26, dims = [0, 1, 2] : (tensor<256x2x1xi32>) -> tensor<256x2x8xi32>
-    %29 = stablehlo.broadcast_in_dim %27, dims = [0, 1, 2] : (tensor<1x1x8xi32>) -> tensor<256x2x8xi32>
-    %30 = stablehlo.compare EQ, %28, %29, SIGNED : (tensor<256x2x8xi32>, tensor<256x2x8xi32>) -> tensor<256x2x8xi1>
-    %31 = stablehlo.convert %30 : (tensor<256x2x8xi1>) -> tensor<256x2x8xf32>
-    %32 = stablehlo.broadcast_in_dim %25, dims = [0, 1] : (tensor<256x2xf32>) -> tensor<256x2x1xf32>
-    %33 = stablehlo.broadcast_in_dim %32, dims = [0, 1, 2] : (tensor<256x2x1xf32>) -> tensor<256x2x8xf32>
-    %34 = stablehlo.multiply %31, %33 : tensor<256x2x8xf32>
-    %cst_6 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %35 = stablehlo.reduce(%34 init: %cst_6) applies stablehlo.add across dimensions = [1] : (tensor<256x2x8xf32>, tensor<f32>) -> tensor<256x8xf32>
-    %36 = stablehlo.reshape %indices : (tensor<256x2xi32>) -> tensor<512xi32>
-    %37 = stablehlo.iota dim = 0 : tensor<512xi32>
     %c = stablehlo.constant dense<0> : tensor<i32>
-    %38 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %39 = stablehlo.compare LT, %37, %38, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
-    %c_7 = stablehlo.constant dense<512> : tensor<i32>
-    %40 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %41 = stablehlo.add %37, %40 : tensor<512xi32>
-    %42 = stablehlo.select %39, %41, %37 : tensor<512xi1>, tensor<512xi32>
-    %43 = stablehlo.broadcast_in_dim %42, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
-    %44 = "stablehlo.gather"(%36, %43) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xi32>, tensor<512x1xi32>) -> tensor<512xi32>
-    %c_8 = stablehlo.constant dense<2> : tensor<i32>
-    %45 = call @floor_divide(%37, %c_8) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
-    %c_9 = stablehlo.constant dense<256> : tensor<i32>
-    %46 = call @remainder(%45, %c_9) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
-    %c_10 = stablehlo.constant dense<0> : tensor<i32>
-    %c_11 = stablehlo.constant dense<255> : tensor<i32>
-    %47 = call @clip(%46, %c_10, %c_11) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
-    %c_12 = stablehlo.constant dense<0> : tensor<i32>
-    %c_13 = stablehlo.constant dense<7> : tensor<i32>
-    %48 = call @clip(%44, %c_12, %c_13) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
-    %c_14 = stablehlo.constant dense<0> : tensor<i32>
-    %49 = stablehlo.broadcast_in_dim %c_14, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %50 = stablehlo.compare LT, %47, %49, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
-    %c_15 = stablehlo.constant dense<256> : tensor<i32>
-    %51 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %52 = stablehlo.add %47, %51 : tensor<512xi32>
-    %53 = stablehlo.select %50, %52, %47 : tensor<512xi1>, tensor<512xi32>
-    %c_16 = stablehlo.constant dense<0> : tensor<i32>
-    %54 = stablehlo.broadcast_in_dim %c_16, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %55 = stablehlo.compare LT, %48, %54, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
-    %c_17 = stablehlo.constant dense<8> : tensor<i32>
-    %56 = stablehlo.broadcast_in_dim %c_17, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %57 = stablehlo.add %48, %56 : tensor<512xi32>
-    %58 = stablehlo.select %55, %57, %48 : tensor<512xi1>, tensor<512xi32>
-    %59 = stablehlo.broadcast_in_dim %53, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
-    %60 = stablehlo.broadcast_in_dim %58, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
-    %61 = stablehlo.concatenate %59, %60, dim = 1 : (tensor<512x1xi32>, tensor<512x1xi32>) -> tensor<512x2xi32>
-    %62 = "stablehlo.gather"(%35, %61) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<256x8xf32>, tensor<512x2xi32>) -> tensor<512xf32>
-    %63 = stablehlo.reshape %62 : (tensor<512xf32>) -> tensor<256x2xf32>
-    %c_18 = stablehlo.constant dense<false> : tensor<i1>
-    %64 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i1>) -> tensor<0xi1>
-    %c_19 = stablehlo.constant dense<0> : tensor<i32>
-    %65 = "stablehlo.case"(%c_19) ({
+    %22 = "stablehlo.case"(%c) ({
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_32 : tensor<i32>
     }, {
@@ -140,14 +81,87 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %66:4 = "stablehlo.case"(%65) ({
-      %103:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%indices, %64) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<25xi32>)
+    %23:2 = "stablehlo.case"(%22) ({
+      %103:2 = stablehlo.custom_call @jax_moe_ffi_top_k(%21) {backend_config = "", mhlo.backend_config = {k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x8xf32>) -> (tensor<256x2xf32>, tensor<256x2xi32>)
+      stablehlo.return %103#0, %103#1 : tensor<256x2xf32>, tensor<256x2xi32>
+    }) : (tensor<i32>) -> (tensor<256x2xf32>, tensor<256x2xi32>)
+    %cst_5 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %24 = stablehlo.reduce(%23#0 init: %cst_5) applies stablehlo.add across dimensions = [1] : (tensor<256x2xf32>, tensor<f32>) -> tensor<256xf32>
+    %25 = stablehlo.broadcast_in_dim %24, dims = [0] : (tensor<256xf32>) -> tensor<256x1xf32>
+    %26 = stablehlo.broadcast_in_dim %25, dims = [0, 1] : (tensor<256x1xf32>) -> tensor<256x2xf32>
+    %27 = stablehlo.divide %23#0, %26 : tensor<256x2xf32>
+    %28 = stablehlo.broadcast_in_dim %23#1, dims = [0, 1] : (tensor<256x2xi32>) -> tensor<256x2x1xi32>
+    %29 = stablehlo.iota dim = 2 : tensor<1x1x8xi32>
+    %30 = stablehlo.broadcast_in_dim %28, dims = [0, 1, 2] : (tensor<256x2x1xi32>) -> tensor<256x2x8xi32>
+    %31 = stablehlo.broadcast_in_dim %29, dims = [0, 1, 2] : (tensor<1x1x8xi32>) -> tensor<256x2x8xi32>
+    %32 = stablehlo.compare EQ, %30, %31, SIGNED : (tensor<256x2x8xi32>, tensor<256x2x8xi32>) -> tensor<256x2x8xi1>
+    %33 = stablehlo.convert %32 : (tensor<256x2x8xi1>) -> tensor<256x2x8xf32>
+    %34 = stablehlo.broadcast_in_dim %27, dims = [0, 1] : (tensor<256x2xf32>) -> tensor<256x2x1xf32>
+    %35 = stablehlo.broadcast_in_dim %34, dims = [0, 1, 2] : (tensor<256x2x1xf32>) -> tensor<256x2x8xf32>
+    %36 = stablehlo.multiply %33, %35 : tensor<256x2x8xf32>
+    %cst_6 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %37 = stablehlo.reduce(%36 init: %cst_6) applies stablehlo.add across dimensions = [1] : (tensor<256x2x8xf32>, tensor<f32>) -> tensor<256x8xf32>
+    %38 = stablehlo.reshape %23#1 : (tensor<256x2xi32>) -> tensor<512xi32>
+    %39 = stablehlo.iota dim = 0 : tensor<512xi32>
+    %c_7 = stablehlo.constant dense<0> : tensor<i32>
+    %40 = stablehlo.broadcast_in_dim %c_7, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %41 = stablehlo.compare LT, %39, %40, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_8 = stablehlo.constant dense<512> : tensor<i32>
+    %42 = stablehlo.broadcast_in_dim %c_8, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %43 = stablehlo.add %39, %42 : tensor<512xi32>
+    %44 = stablehlo.select %41, %43, %39 : tensor<512xi1>, tensor<512xi32>
+    %45 = stablehlo.broadcast_in_dim %44, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %46 = "stablehlo.gather"(%38, %45) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xi32>, tensor<512x1xi32>) -> tensor<512xi32>
+    %c_9 = stablehlo.constant dense<2> : tensor<i32>
+    %47 = call @floor_divide(%39, %c_9) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
+    %c_10 = stablehlo.constant dense<256> : tensor<i32>
+    %48 = call @remainder(%47, %c_10) : (tensor<512xi32>, tensor<i32>) -> tensor<512xi32>
+    %c_11 = stablehlo.constant dense<0> : tensor<i32>
+    %c_12 = stablehlo.constant dense<255> : tensor<i32>
+    %49 = call @clip(%48, %c_11, %c_12) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
+    %c_13 = stablehlo.constant dense<0> : tensor<i32>
+    %c_14 = stablehlo.constant dense<7> : tensor<i32>
+    %50 = call @clip(%46, %c_13, %c_14) : (tensor<512xi32>, tensor<i32>, tensor<i32>) -> tensor<512xi32>
+    %c_15 = stablehlo.constant dense<0> : tensor<i32>
+    %51 = stablehlo.broadcast_in_dim %c_15, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %52 = stablehlo.compare LT, %49, %51, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_16 = stablehlo.constant dense<256> : tensor<i32>
+    %53 = stablehlo.broadcast_in_dim %c_16, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %54 = stablehlo.add %49, %53 : tensor<512xi32>
+    %55 = stablehlo.select %52, %54, %49 : tensor<512xi1>, tensor<512xi32>
+    %c_17 = stablehlo.constant dense<0> : tensor<i32>
+    %56 = stablehlo.broadcast_in_dim %c_17, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %57 = stablehlo.compare LT, %50, %56, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_18 = stablehlo.constant dense<8> : tensor<i32>
+    %58 = stablehlo.broadcast_in_dim %c_18, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %59 = stablehlo.add %50, %58 : tensor<512xi32>
+    %60 = stablehlo.select %57, %59, %50 : tensor<512xi1>, tensor<512xi32>
+    %61 = stablehlo.broadcast_in_dim %55, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %62 = stablehlo.broadcast_in_dim %60, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %63 = stablehlo.concatenate %61, %62, dim = 1 : (tensor<512x1xi32>, tensor<512x1xi32>) -> tensor<512x2xi32>
+    %64 = "stablehlo.gather"(%37, %63) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<256x8xf32>, tensor<512x2xi32>) -> tensor<512xf32>
+    %65 = stablehlo.reshape %64 : (tensor<512xf32>) -> tensor<256x2xf32>
+    %c_19 = stablehlo.constant dense<false> : tensor<i1>
+    %66 = stablehlo.broadcast_in_dim %c_19, dims = [] : (tensor<i1>) -> tensor<0xi1>
+    %c_20 = stablehlo.constant dense<0> : tensor<i32>
+    %67 = "stablehlo.case"(%c_20) ({
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }, {
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }, {
+      %c_32 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_32 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %68:4 = "stablehlo.case"(%67) ({
+      %103:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%23#1, %66) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = -1 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<256x2xi32>, tensor<0xi1>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<25xi32>)
       stablehlo.return %103#0, %103#1, %103#2, %103#3 : tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>
     }) : (tensor<i32>) -> (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>)
-    %cst_20 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %67 = stablehlo.broadcast_in_dim %cst_20, dims = [] : (tensor<f32>) -> tensor<0xf32>
-    %c_21 = stablehlo.constant dense<0> : tensor<i32>
-    %68 = "stablehlo.case"(%c_21) ({
+    %cst_21 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %69 = stablehlo.broadcast_in_dim %cst_21, dims = [] : (tensor<f32>) -> tensor<0xf32>
+    %c_22 = stablehlo.constant dense<0> : tensor<i32>
+    %70 = "stablehlo.case"(%c_22) ({
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_32 : tensor<i32>
     }, {
@@ -157,43 +171,28 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %69 = "stablehlo.case"(%68) ({
-      %103 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %66#0, %66#1, %67) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<256x2xi32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
+    %71 = "stablehlo.case"(%70) ({
+      %103 = stablehlo.custom_call @jax_moe_ffi_dispatch(%9, %68#0, %68#1, %69) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<256x128xf32>, tensor<256x2xi32>, tensor<512xi32>, tensor<0xf32>) -> tensor<512x128xf32>
       stablehlo.return %103 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
-    %c_22 = stablehlo.constant dense<0> : tensor<i32>
-    %70 = stablehlo.broadcast_in_dim %c_22, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %71 = stablehlo.compare GE, %66#1, %70, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
-    %72 = stablehlo.reshape %63 : (tensor<256x2xf32>) -> tensor<512xf32>
     %c_23 = stablehlo.constant dense<0> : tensor<i32>
-    %73 = stablehlo.broadcast_in_dim %c_23, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %74 = stablehlo.maximum %66#1, %73 : tensor<512xi32>
+    %72 = stablehlo.broadcast_in_dim %c_23, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %73 = stablehlo.compare GE, %68#1, %72, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %74 = stablehlo.reshape %65 : (tensor<256x2xf32>) -> tensor<512xf32>
     %c_24 = stablehlo.constant dense<0> : tensor<i32>
     %75 = stablehlo.broadcast_in_dim %c_24, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %76 = stablehlo.compare LT, %74, %75, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
-    %c_25 = stablehlo.constant dense<512> : tensor<i32>
+    %76 = stablehlo.maximum %68#1, %75 : tensor<512xi32>
+    %c_25 = stablehlo.constant dense<0> : tensor<i32>
     %77 = stablehlo.broadcast_in_dim %c_25, dims = [] : (tensor<i32>) -> tensor<512xi32>
-    %78 = stablehlo.add %74, %77 : tensor<512xi32>
-    %79 = stablehlo.select %76, %78, %74 : tensor<512xi1>, tensor<512xi32>
-    %80 = stablehlo.broadcast_in_dim %79, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
-    %81 = "stablehlo.gather"(%72, %80) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xf32>, tensor<512x1xi32>) -> tensor<512xf32>
-    %cst_26 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %82 = call @_where_3(%71, %81, %cst_26) : (tensor<512xi1>, tensor<512xf32>, tensor<f32>) -> tensor<512xf32>
-    %c_27 = stablehlo.constant dense<0> : tensor<i32>
-    %83 = "stablehlo.case"(%c_27) ({
-      %c_32 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_32 : tensor<i32>
-    }, {
-      %c_32 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_32 : tensor<i32>
-    }, {
-      %c_32 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_32 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %84 = "stablehlo.case"(%83) ({
-      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg3, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
-      stablehlo.return %103 : tensor<512x256xf32>
-    }) : (tensor<i32>) -> tensor<512x256xf32>
+    %78 = stablehlo.compare LT, %76, %77, SIGNED : (tensor<512xi32>, tensor<512xi32>) -> tensor<512xi1>
+    %c_26 = stablehlo.constant dense<512> : tensor<i32>
+    %79 = stablehlo.broadcast_in_dim %c_26, dims = [] : (tensor<i32>) -> tensor<512xi32>
+    %80 = stablehlo.add %76, %79 : tensor<512xi32>
+    %81 = stablehlo.select %78, %80, %76 : tensor<512xi1>, tensor<512xi32>
+    %82 = stablehlo.broadcast_in_dim %81, dims = [0] : (tensor<512xi32>) -> tensor<512x1xi32>
+    %83 = "stablehlo.gather"(%74, %82) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<512xf32>, tensor<512x1xi32>) -> tensor<512xf32>
+    %cst_27 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %84 = call @_where_3(%73, %83, %cst_27) : (tensor<512xi1>, tensor<512xf32>, tensor<f32>) -> tensor<512xf32>
     %c_28 = stablehlo.constant dense<0> : tensor<i32>
     %85 = "stablehlo.case"(%c_28) ({
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
@@ -205,11 +204,12 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       %c_32 = stablehlo.constant dense<0> : tensor<i32>
       stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %86 = "stablehlo.case"(%85) ({
-      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%69, %arg4, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
-      stablehlo.return %103 : tensor<512x256xf32>
-    }) : (tensor<i32>) -> tensor<512x256xf32>
-    %87 = stablehlo.negate %84 : tensor<512x256xf32>
+    %86:2 = "stablehlo.case"(%85) ({
+      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%71, %arg3, %68#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      %104 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%71, %arg4, %68#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x128xf32>, tensor<8x128x256xf32>, tensor<8xi32>) -> tensor<512x256xf32>
+      stablehlo.return %103, %104 : tensor<512x256xf32>, tensor<512x256xf32>
+    }) : (tensor<i32>) -> (tensor<512x256xf32>, tensor<512x256xf32>)
+    %87 = stablehlo.negate %86#0 : tensor<512x256xf32>
     %88 = stablehlo.exponential %87 : tensor<512x256xf32>
     %cst_29 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
     %89 = stablehlo.broadcast_in_dim %cst_29, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
@@ -217,9 +217,9 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %cst_30 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
     %91 = stablehlo.broadcast_in_dim %cst_30, dims = [] : (tensor<f32>) -> tensor<512x256xf32>
     %92 = stablehlo.divide %91, %90 : tensor<512x256xf32>
-    %93 = stablehlo.multiply %84, %92 : tensor<512x256xf32>
-    %94 = stablehlo.multiply %93, %86 : tensor<512x256xf32>
-    %95 = stablehlo.broadcast_in_dim %82, dims = [0] : (tensor<512xf32>) -> tensor<512x1xf32>
+    %93 = stablehlo.multiply %86#0, %92 : tensor<512x256xf32>
+    %94 = stablehlo.multiply %93, %86#1 : tensor<512x256xf32>
+    %95 = stablehlo.broadcast_in_dim %84, dims = [0] : (tensor<512xf32>) -> tensor<512x1xf32>
     %96 = stablehlo.broadcast_in_dim %95, dims = [0, 1] : (tensor<512x1xf32>) -> tensor<512x256xf32>
     %97 = stablehlo.multiply %94, %96 : tensor<512x256xf32>
     %c_31 = stablehlo.constant dense<0> : tensor<i32>
@@ -234,10 +234,10 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
       stablehlo.return %c_32 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %99 = "stablehlo.case"(%98) ({
-      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%97, %arg2, %66#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
+      %103 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%97, %arg2, %68#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<8x256x128xf32>, tensor<8xi32>) -> tensor<512x128xf32>
       stablehlo.return %103 : tensor<512x128xf32>
     }) : (tensor<i32>) -> tensor<512x128xf32>
-    %100 = call @compute_on(%66#0, %66#1, %66#2, %66#3, %99) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<512x128xf32>) -> tensor<256x128xf32>
+    %100 = call @compute_on(%68#0, %68#1, %68#2, %68#3, %99) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<256x2xi32>, tensor<512xi32>, tensor<8xi32>, tensor<8xi32>, tensor<512x128xf32>) -> tensor<256x128xf32>
     %101 = stablehlo.custom_call @annotate_device_placement(%100) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<256x128xf32>) -> tensor<256x128xf32>
     %102 = stablehlo.add %arg0, %101 : tensor<256x128xf32>
     return %102 : tensor<256x128xf32>
