@@ -71,6 +71,12 @@ def test_bad_arguments_name_them():
         topk.top_k(jnp.ones((4, 8), jnp.float32), 9)
     with pytest.raises(ValueError, match="`k`"):
         topk.top_k(jnp.ones((4, 8), jnp.float32), -1)
+    # the handler's own checks (common/topk_shapes.h, shared with CUDA), reached past the wrapper
+    outs = (jax.ShapeDtypeStruct((4, 3), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.int32))
+    with pytest.raises(Exception, match="k must be in \\[1, 2\\] for N = 2"):
+        jax.ffi.ffi_call(topk.TARGET, outs)(jnp.ones((4, 2), jnp.float32), k=np.int64(3))
+    with pytest.raises(Exception, match="x must be float32"):
+        jax.ffi.ffi_call(topk.TARGET, outs)(jnp.ones((4, 8), jnp.bfloat16), k=np.int64(3))
 
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@
 
 #include "common/ffi_helpers.h"
 #include "common/topk_order.h"
+#include "common/topk_shapes.h"
 
 namespace jax_moe_ffi {
 namespace {
@@ -24,22 +25,9 @@ uint32_t OrderBits(const void* base, int64_t i) {
 
 ffi::Error TopKCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                    ffi::Result<ffi::Buffer<ffi::DataType::S32>> indices, int64_t k) {
-  const std::string name = "top_k";
-  const ffi::DataType t = x.element_type();
-  if (t != ffi::DataType::F32) return invalid(name + ": x must be float32");
-  auto xd = x.dimensions();
-  if (xd.size() != 2) return invalid(name + ": x must be rank 2 [R, N], got " + dims_str(xd));
-  const int64_t rows = xd[0], n = xd[1];
-  if (k < 1 || k > n) {
-    return invalid(name + ": k must be in [1, N = " + std::to_string(n) + "], got " + std::to_string(k));
-  }
-  auto vd = values->dimensions();
-  auto id = indices->dimensions();
-  if (vd.size() != 2 || vd[0] != rows || vd[1] != k || values->element_type() != t || id.size() != 2 ||
-      id[0] != rows || id[1] != k) {
-    return invalid(name + ": values / indices must be [R, k] = [" + std::to_string(rows) + "," + std::to_string(k) +
-                   "] (values in x's dtype)");
-  }
+  int64_t rows = 0, n = 0;
+  ffi::Error err = check_topk_shapes(x, *values, indices->dimensions(), k, INT64_MAX, INT64_MAX, &rows, &n);
+  if (err.failure()) return err;
   const size_t esize = 4;
   std::vector<int64_t> order(n);
   std::vector<int32_t> keys(n);

@@ -14,6 +14,7 @@
 
 #include "common/ffi_helpers.h"
 #include "common/topk_order.h"
+#include "common/topk_shapes.h"
 #include "xla/ffi/api/ffi.h"
 
 #define JMF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -104,34 +105,19 @@ void LaunchForWidth(cudaStream_t stream, const void* x, int64_t rows, int n, int
 
 ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                     ffi::Result<ffi::Buffer<ffi::DataType::S32>> indices, int64_t k) {
-  const std::string name = "top_k";
-  const ffi::DataType t = x.element_type();
-  // float32 only (ops/topk.py: XLA:GPU orders 16-bit ties its own way)
-  if (t != ffi::DataType::F32) return invalid(name + ": x must be float32");
-  auto xd = x.dimensions();
-  if (xd.size() != 2) return invalid(name + ": x must be rank 2 [R, N], got " + dims_str(xd));
-  const int64_t rows = xd[0], n = xd[1];
-  if (n > 1024) return invalid(name + ": rows of at most 1024 elements on CUDA, got N=" + std::to_string(n));
-  if (k < 1 || k > n || k > 32) {
-    return invalid(name + ": k must be in [1, min(32, N = " + std::to_string(n) + ")], got " + std::to_string(k));
-  }
-  auto vd = values->dimensions();
-  auto id = indices->dimensions();
-  if (vd.size() != 2 || vd[0] != rows || vd[1] != k || values->element_type() != t || id.size() != 2 ||
-      id[0] != rows || id[1] != k) {
-    return invalid(name + ": values / indices must be [R, k] = [" + std::to_string(rows) + "," + std::to_string(k) +
-                   "] (values in x's dtype)");
-  }
+  int64_t rows = 0, n = 0;
+  ffi::Error err = check_topk_shapes(x, *values, indices->dimensions(), k, 1024, 32, &rows, &n);
+  if (err.failure()) return err;
   if (rows == 0) return ffi::Error::Success();
   if ((rows + kWarpsPerBlock - 1) / kWarpsPerBlock > 0x7fffffff) {
-    return invalid(name + ": too many rows for one launch: " + std::to_string(rows));
+    return invalid("top_k: too many rows for one launch: " + std::to_string(rows));
   }
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
   LaunchForWidth<uint32_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
+  const cudaError_t launch = cudaGetLastError();
+  if (launch != cudaSuccess) {
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in the top_k launch: ") +
-                                                     cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+                                                     cudaGetErrorName(launch) + ": " + cudaGetErrorString(launch));
   }
   return ffi::Error::Success();
 }
