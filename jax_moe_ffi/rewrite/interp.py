@@ -8,11 +8,11 @@ Only what the outputs need is evaluated, so the dense expert compute a site repl
 """
 from __future__ import annotations
 
+import os
+
 import jax
 from jax import lax
 from jax._src import source_info_util as siu
-
-import os
 
 from jax_moe_ffi.ops import topk as TK
 from jax_moe_ffi.rewrite import emit as EM
@@ -202,10 +202,10 @@ def run(plan, args):
 
 
 def router_topk(plan, node) -> bool:
-    """Whether `node` is a top_k over the last axis in a program with MoE sites that the jax_moe_ffi top_k
-    kernel takes: it gives lax.top_k's values and indices bitwise (ops/topk.py), so the routing is unchanged,
-    and XLA would sort every row of a router's narrow [tokens, experts] scores. JAX_MOE_FFI_ROUTER_TOPK=0 keeps
-    lax.top_k (A/B)."""
+    """Whether `node` is a top_k over the last axis, in a program with MoE sites, that the jax_moe_ffi top_k
+    kernel takes (in practice the routers'; any other top_k there is swapped too, which is harmless). The kernel
+    gives lax.top_k's values and indices bitwise (ops/topk.py), so the routing is unchanged, where XLA would
+    sort every row of a router's narrow [tokens, experts] scores. JAX_MOE_FFI_ROUTER_TOPK=0 keeps lax.top_k."""
     if node.kind != "prim" or node.name != "top_k" or not (plan.sites or plan.ragged):
         return False
     if os.environ.get("JAX_MOE_FFI_ROUTER_TOPK", "1") == "0":
