@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define JMF_HD __host__ __device__ __forceinline__
-#else
-#define JMF_HD inline
-#endif
+#include "common/ffi_helpers.h"  // JMF_HD
 
 namespace jax_moe_ffi {
 namespace topk {
@@ -27,5 +23,3 @@ JMF_HD bool Before(int32_t key_a, int64_t index_a, int32_t key_b, int64_t index_
 
 }  // namespace topk
 }  // namespace jax_moe_ffi
-
-#undef JMF_HD

@@ -28,7 +28,6 @@ ffi::Error TopKCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
   int64_t rows = 0, n = 0;
   ffi::Error err = check_topk_shapes(x, *values, indices->dimensions(), k, INT64_MAX, INT64_MAX, &rows, &n);
   if (err.failure()) return err;
-  const size_t esize = 4;
   std::vector<int64_t> order(n);
   std::vector<int32_t> keys(n);
   for (int64_t r = 0; r < rows; ++r) {
@@ -40,8 +39,8 @@ ffi::Error TopKCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
       return topk::Before(keys[a], a, keys[b], b);
     });
     for (int64_t j = 0; j < k; ++j) {
-      std::memcpy(static_cast<char*>(values->untyped_data()) + (r * k + j) * esize,
-                  static_cast<const char*>(x.untyped_data()) + (r * n + order[j]) * esize, esize);
+      std::memcpy(static_cast<char*>(values->untyped_data()) + (r * k + j) * 4,
+                  static_cast<const char*>(x.untyped_data()) + (r * n + order[j]) * 4, 4);
       indices->typed_data()[r * k + j] = static_cast<int32_t>(order[j]);
     }
   }

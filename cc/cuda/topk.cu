@@ -26,16 +26,16 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// T: the element's bits (uint32_t: float32). kPerLane: elements per lane (N <= 32 * kPerLane).
-template <class T, int kPerLane>
+// x, values: float32 bit patterns. kPerLane: elements per lane (N <= 32 * kPerLane).
+template <int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    TopKRowsKernel(const T* __restrict__ x, int64_t rows, int n, int k, T* __restrict__ values,
+    TopKRowsKernel(const uint32_t* __restrict__ x, int64_t rows, int n, int k, uint32_t* __restrict__ values,
                    int32_t* __restrict__ indices) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= rows) return;  // whole warps only
-  const T* xr = x + row * n;
-  T raw[kPerLane];
+  const uint32_t* xr = x + row * n;
+  uint32_t raw[kPerLane];
   int32_t key[kPerLane];
   uint32_t taken = 0;  // bit i: element lane + 32 i is out (selected, or past the row)
 #pragma unroll
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
       raw[i] = xr[j];
       key[i] = topk::TotalOrderKey(raw[i]);
     } else {
-      raw[i] = T(0);
+      raw[i] = 0u;
       key[i] = 0;
       taken |= 1u << i;
     }
@@ -85,22 +85,21 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   }
 }
 
-template <class T, int kPerLane>
+template <int kPerLane>
 void Launch(cudaStream_t stream, const void* x, int64_t rows, int n, int k, void* values, int32_t* indices) {
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  TopKRowsKernel<T, kPerLane><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
-      static_cast<const T*>(x), rows, n, k, static_cast<T*>(values), indices);
+  TopKRowsKernel<kPerLane><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
+      static_cast<const uint32_t*>(x), rows, n, k, static_cast<uint32_t*>(values), indices);
 }
 
-template <class T>
 void LaunchForWidth(cudaStream_t stream, const void* x, int64_t rows, int n, int k, void* values,
                     int32_t* indices) {
-  if (n <= 32) return Launch<T, 1>(stream, x, rows, n, k, values, indices);
-  if (n <= 64) return Launch<T, 2>(stream, x, rows, n, k, values, indices);
-  if (n <= 128) return Launch<T, 4>(stream, x, rows, n, k, values, indices);
-  if (n <= 256) return Launch<T, 8>(stream, x, rows, n, k, values, indices);
-  if (n <= 512) return Launch<T, 16>(stream, x, rows, n, k, values, indices);
-  return Launch<T, 32>(stream, x, rows, n, k, values, indices);
+  if (n <= 32) return Launch<1>(stream, x, rows, n, k, values, indices);
+  if (n <= 64) return Launch<2>(stream, x, rows, n, k, values, indices);
+  if (n <= 128) return Launch<4>(stream, x, rows, n, k, values, indices);
+  if (n <= 256) return Launch<8>(stream, x, rows, n, k, values, indices);
+  if (n <= 512) return Launch<16>(stream, x, rows, n, k, values, indices);
+  return Launch<32>(stream, x, rows, n, k, values, indices);
 }
 
 ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
@@ -113,7 +112,7 @@ ffi::Error TopKImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     return invalid("top_k: too many rows for one launch: " + std::to_string(rows));
   }
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-  LaunchForWidth<uint32_t>(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
+  LaunchForWidth(stream, x.untyped_data(), rows, ni, ki, values->untyped_data(), indices->typed_data());
   const cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess) {
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_moe_ffi: CUDA error in the top_k launch: ") +
