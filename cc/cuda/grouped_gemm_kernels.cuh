@@ -79,20 +79,6 @@ struct PingpongConfig {
   static constexpr const char* kName = "pingpong_64x128x128_c1x2";
 };
 
-// Ping-pong with 64x256 tiles (each consumer warp group owns a whole 64x256 tile, m64n256k16 wgmmas):
-// half the row padding of the 128-row tiles on ragged groups (a group's last tile is on average half
-// padding: 64 wasted rows per group with 128-row tiles, 32 with 64-row ones; 11% of the computed rows of
-// the Qwen3 layer's routed sizes, tools/tile_utilisation.py), for 1.7x the B-tile loads per FLOP.
-// A/B option (pp64); cluster along N as the cooperative kernel's.
-template <int ClusterN>
-struct Pingpong64x256Config {
-  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::Int<ClusterN>, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-  static constexpr const char* kName = ClusterN == 2 ? "pingpong_64x256x64_c1x2" : "pingpong_64x256x64_c1x1";
-};
-
 // Ping-pong with 128x128 tiles. Wgrad default (2x1: its M is K, static): the wgrad contraction is over
 // the rows of one group (m_g, typically a few hundred), so each tile has a short mainloop and a
 // comparatively large epilogue (a K x N slab of output); ping-pong hides one warp group's epilogue

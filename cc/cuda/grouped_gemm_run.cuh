@@ -380,7 +380,7 @@ using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 
 // Environment overrides, read once (for benchmarking / tuning on the target machine):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | pick | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192 | pp64
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | pick | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
 //                             (pick: the device-side 2x1 pick, opt-in: on routed group sizes it only adds
 //                             an empty launch, 0.2-0.7% of the Qwen3 layer / train step)
 //                             forward and dgrad, plain and accumulate forms
@@ -390,8 +390,7 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kPingpong64C1x1,
-                   kPingpong64C1x2 };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -429,19 +428,13 @@ Tiles ChooseTiles(const GemmCall& c) {
     const bool fits = c.n % 384 == 0 && CeilDiv(c.n, int64_t{256}) % 2 == 1;
     return t == Tiles::kCoopC1x1 && fits ? Tiles::kCoop192 : t;
   }
-  if (choice == "pp64") {
-    // ping-pong 64x256 where auto would run 128-row tiles, with auto's cluster rule along N.
-    const Tiles t = AutoTiles(c);
-    if (t == Tiles::kSmall) return t;
-    return t == Tiles::kCoopC1x1 ? Tiles::kPingpong64C1x1 : Tiles::kPingpong64C1x2;
-  }
   if (choice == "large") {
     const Tiles t = AutoTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
   // "static": what session-9 results call the host's choice (the default since then too).
   if (choice != "auto" && choice != "static") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|pick|large|small|c1x1|c1x2|c2x1|pp128|n192|pp64; "
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|pick|large|small|c1x1|c1x2|c2x1|pp128|n192; "
                            "unknown value ignored, using auto");
   }
   return AutoTiles(c);
@@ -500,17 +493,11 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     if (tiles == Tiles::kCoop192)
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Coop192Config, Acc>>(
           stream, ws, c, dev);
-    if (tiles == Tiles::kPingpong64C1x1)
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Pingpong64x256Config<1>, Acc>>(
-          stream, ws, c, dev);
-    if (tiles == Tiles::kPingpong64C1x2)
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Pingpong64x256Config<2>, Acc>>(
-          stream, ws, c, dev);
   } else {
     // The 2x1 kernels (also those of the pick) are compiled for bf16 -> bf16 only (build time).
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192 ||
-        tiles == Tiles::kPaired || tiles == Tiles::kPingpong64C1x1 || tiles == Tiles::kPingpong64C1x2) {
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/pp64 is compiled for bf16 -> bf16 only; "
+        tiles == Tiles::kPaired) {
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }

@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <string>
-#include <type_traits>
 
 #include "common/ffi_helpers.h"
 #include "cuda/grouped_gemm_run.cuh"
@@ -47,15 +46,7 @@ ffi::Error RunSum(cudaStream_t stream, const Workspace& ws, const GemmCall& c, c
   // CUTLASS's own tile parameters. Correct for every shape, if slower for some.
   return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 2>>>(stream, ws, c, dev);
 #else
-  // The plain dgrad's host rule (static shapes only); of JAX_MOE_FFI_GEMM_TILES only pp64 applies here
-  // (bf16, the A/B of 64-row ping-pong tiles on the layer's dgrads).
-  if constexpr (std::is_same_v<TIn, cutlass::bfloat16_t>) {
-    const Tiles t = ChooseTiles(c);
-    if (t == Tiles::kPingpong64C1x1)
-      return RunGroupedGemm<GroupedGemmTwoProducts<TIn, Pingpong64x256Config<1>>>(stream, ws, c, dev);
-    if (t == Tiles::kPingpong64C1x2)
-      return RunGroupedGemm<GroupedGemmTwoProducts<TIn, Pingpong64x256Config<2>>>(stream, ws, c, dev);
-  }
+  // The plain dgrad's host rule (static shapes only); JAX_MOE_FFI_GEMM_TILES does not apply here.
   switch (AutoTiles(c)) {
     case Tiles::kSmall:
       return RunGroupedGemm<GroupedGemmTwoProducts<TIn, PingpongConfig>>(stream, ws, c, dev);
