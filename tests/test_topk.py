@@ -47,9 +47,6 @@ def test_leading_dims_vmap_and_gradient():
     g_ref = jax.grad(lambda x: jnp.sum(jax.lax.top_k(x, 8)[0] * w))(x)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(g_ref))
     assert float(jnp.abs(g).sum()) > 0
-    # the backward is a select and a sum, not lax.top_k's scatter-add
-    grad_text = jax.jit(jax.grad(lambda x: jnp.sum(topk.top_k(x, 8)[0] * w))).lower(x).as_text()
-    assert "scatter" not in grad_text and "jax_moe_ffi_top_k" in grad_text
     t = jnp.asarray(rng.standard_normal(x.shape), jnp.float32)  # forward mode too
     np.testing.assert_array_equal(np.asarray(jax.jvp(lambda x: topk.top_k(x, 8)[0], (x,), (t,))[1]),
                                   np.asarray(jax.jvp(lambda x: jax.lax.top_k(x, 8)[0], (x,), (t,))[1]))
