@@ -5,8 +5,8 @@
 //
 // Why: XLA:GPU sorts every row of a narrow top-k (its own top-k kernel starts at 1,024 elements a row): 29 us
 // for a [8192, 128] router with k = 8 on the H200. Here one warp owns a row: lane l holds elements l, l+32, ...
-// in registers (coalesced loads), and each of the k rounds is a per-lane scan plus a 5-step warp argmax in
-// the order of common/topk_order.h (lax.top_k's), whose winner's owner writes the value and index.
+// in registers (coalesced loads), and each of the k rounds is a per-lane scan plus a warp argmax (two redux.sync
+// reductions) in the order of common/topk_order.h (lax.top_k's), whose winner's owner writes the value and index.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -61,16 +61,15 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
         best_j = j;
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const int32_t other_key = __shfl_xor_sync(0xffffffffu, best_key, off);
-      const int other_j = __shfl_xor_sync(0xffffffffu, best_j, off);
-      if (other_j >= 0 && (best_j < 0 || topk::Before(other_key, other_j, best_key, best_j))) {
-        best_key = other_key;
-        best_j = other_j;
-      }
-    }
-    // every lane now holds the row's r-th element (k <= n, so best_j >= 0); its owner writes it out
+    // The warp's winner in two warp reductions (redux.sync, one instruction each, where a shuffle tree takes
+    // five dependent exchanges of key and index): the largest key, then the lowest index among the lanes
+    // holding it. A lane with nothing left offers (INT32_MIN, INT32_MAX): INT32_MIN is also a real key (a
+    // -NaN), so only the index tells it apart, and any real element's index wins the second reduction.
+    const int32_t offered_key = best_j >= 0 ? best_key : INT32_MIN;
+    const int32_t warp_key = __reduce_max_sync(0xffffffffu, offered_key);
+    const int32_t offered_j = best_j >= 0 && offered_key == warp_key ? best_j : INT32_MAX;
+    best_j = __reduce_min_sync(0xffffffffu, offered_j);
+    // every lane now holds the row's r-th element's index (k <= n, so one exists); its owner writes it out
     if ((best_j & 31) == lane) {
       const int i = best_j >> 5;
 #pragma unroll
