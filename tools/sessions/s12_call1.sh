@@ -3,11 +3,7 @@
 # default 128x256 cooperative tiles. GPU tests under pp64; our grouped GEMM alone (all shapes, even and skewed,
 # fwd and fwd+bwd) under auto and pp64; the Qwen3 layer alternating auto / pp64. Results tarred into $OUT.
 set -uo pipefail
-R=/tmp/r; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r; source tools/sessions/setup.sh
 JAX_MOE_FFI_GEMM_TILES=pp64 timeout ${T_TESTS:-150} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider \
   tests/test_gpu_grouped_gemm.py -k "${GPU_K:-large_tile_configs or sum_dgrad_vs or zeroed or pair_launch or random_shapes}" \
   > $R/gpu_tests_pp64.log 2>&1; echo "tests rc=$?"; tail -4 $R/gpu_tests_pp64.log

@@ -2,11 +2,7 @@
 # Session 12, call 2: GPU tests (top-k with the select-based backward, the pass at run time, grouped GEMM
 # subsets); the issue-5 table three times (files of runs 2 and 3 get _r2 / _r3); the layer's kernel profile.
 set -uo pipefail
-R=/tmp/r; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r; source tools/sessions/setup.sh
 timeout ${T_TESTS:-130} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests/test_topk.py \
   tests/test_pass_runtime.py tests/test_gpu_grouped_gemm.py \
   -k "${GPU_K:-top_k or scanned or pass or sum_dgrad or pair_launch or zeroed or library_loaded}" \

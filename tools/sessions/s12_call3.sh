@@ -2,11 +2,7 @@
 # Session 12, call 3: the issue-8 training step with the session-11/12 defaults (pair launch, two-product dgrad,
 # router top-k with the select backward), all variants and anchors.
 set -uo pipefail
-R=/tmp/r; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r; source tools/sessions/setup.sh
 timeout ${T_TRAIN:-500} python3 benchmarks/train_step.py ${TRAIN_ARGS:-} > $R/train_step.log 2>&1; echo "train rc=$?"
 grep -v "^W1" $R/train_step.log | tail -14
 cp benchmarks/results/train_step_h200.* $R/ 2>/dev/null

@@ -5,11 +5,7 @@
 # device copy; with the fusion the call could write into the slice in place. One flagged compile dumps its HLO
 # (the fusion names only) to check what XLA did.
 set -uo pipefail
-R=/tmp/r4; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r4; source tools/sessions/setup.sh
 DSF=--xla_gpu_enable_dynamic_slice_fusion=true
 run() {  # name flags variants
   XLA_FLAGS="$2" timeout 200 python3 benchmarks/train_step.py --variants $3 --out train_step_dsf_$1 \

@@ -3,11 +3,7 @@
 # zeros in the setup launch), all anchors but XLA's ragged_dot (36-79 ms a call; its session-9 rows stand),
 # torch._grouped_mm in a second process of the same invocation.
 set -uo pipefail
-R=/tmp/r5; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r5; source tools/sessions/setup.sh
 timeout ${T_GG:-480} python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot > $R/grouped_gemm.log 2>&1
 echo "gg rc=$?"; grep -E "TFLOP/s;" $R/grouped_gemm.log | head -30
 cp benchmarks/results/grouped_gemm_h200.* $R/ 2>/dev/null

@@ -3,11 +3,7 @@
 # tests, the layer profile, one issue-5 table), and the FP8 2x1-cluster A/B (JAX_MOE_FFI_FP8_TILES=c2x1): GPU
 # tests under it, the FP8 forward on even groups under auto and c2x1.
 set -uo pipefail
-R=/tmp/r6; mkdir -p $R
-OUT_DEV=$OUT
-OUT=$R bash tools/device_session.sh none > $R/setup.log 2>&1 || { tail -20 $R/setup.log; exit 1; }
-export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
-export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+R=/tmp/r6; source tools/sessions/setup.sh
 timeout 60 python3 -m pytest -m gpu -q --tb=short -p no:cacheprovider tests/test_topk.py > $R/gpu_tests_topk.log 2>&1
 echo "topk tests rc=$?"; tail -2 $R/gpu_tests_topk.log
 timeout 60 python3 benchmarks/profile_layer.py > $R/profile_layer.log 2>&1; grep "==" $R/profile_layer.log
