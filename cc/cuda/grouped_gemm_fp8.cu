@@ -245,13 +245,13 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | c2x1, read once (tuning on the target machine).
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
 const std::string& Fp8TilesChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string c(v != nullptr ? v : "auto");
-    if (c != "auto" && c != "large" && c != "small" && c != "c2x1") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|c2x1; unknown value "
+    if (c != "auto" && c != "large" && c != "small") {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small; unknown value "
                            "ignored, using auto\n");
     }
     return c;
@@ -261,7 +261,7 @@ const std::string& Fp8TilesChoice() {
 
 bool UseSmallFp8Tiles(const Fp8Call& c) {
   const std::string& choice = Fp8TilesChoice();
-  if (choice == "large" || choice == "c2x1") return false;
+  if (choice == "large") return false;
   if (choice == "small") return true;
   return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
 }
@@ -288,13 +288,6 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   using BF16 = cutlass::bfloat16_t;
   const bool small = UseSmallFp8Tiles(c);
   if (UseOverlapMainloop()) {
-#ifndef JAX_MOE_FFI_CUDA_BF16_ONLY
-    // c2x1 (A/B only, not in the CI compile check): the weight-multicast cluster for the 128-row tiles.
-    if (Fp8TilesChoice() == "c2x1") {
-      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapC2x1Config>>(
-          stream, ws, c, dev);
-    }
-#endif
     return small ? RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
                        stream, ws, c, dev)
                  : RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapConfig>>(

@@ -165,25 +165,18 @@ struct GroupedGemm {
 // contiguous) and SFB is [K/128, ceil(N/128)] (N tiles contiguous).
 // kOverlap: the consumer mainloop of fp8_overlap_mainloop.cuh (promotion of slice t-1 overlaps the
 // wgmmas of slice t) instead of CUTLASS's (promotion after each slice's wgmmas have finished).
-// WeightMulticast: a 2x1 cluster (the weight tile multicast to the CTAs of two neighbouring row tiles of one
-// group) instead of 1x2 (the row tile shared by two N tiles). A/B option (JAX_MOE_FFI_FP8_TILES=c2x1): CUTLASS's
-// grouped scheduler rounds each group's row tiles up to the cluster, so it pads groups with an odd number of
-// 128-row tiles (routed sizes), and pays only where the row-tile counts are even.
-template <bool Overlap, bool WeightMulticast = false>
+template <bool Overlap>
 struct Fp8CoopConfigT {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = std::conditional_t<WeightMulticast, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                          cute::Shape<cute::_1, cute::_2, cute::_1>>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   static constexpr bool kOverlap = Overlap;
-  static constexpr const char* kName =
-      WeightMulticast ? (Overlap ? "fp8_blockwise_coop_128x128x128_c2x1_overlap" : "fp8_blockwise_coop_128x128x128_c2x1")
-                      : (Overlap ? "fp8_blockwise_coop_128x128x128_c1x2_overlap" : "fp8_blockwise_coop_128x128x128_c1x2");
+  static constexpr const char* kName = Overlap ? "fp8_blockwise_coop_128x128x128_c1x2_overlap"
+                                               : "fp8_blockwise_coop_128x128x128_c1x2";
 };
 using Fp8CoopConfig = Fp8CoopConfigT<false>;
 using Fp8CoopOverlapConfig = Fp8CoopConfigT<true>;
-using Fp8CoopOverlapC2x1Config = Fp8CoopConfigT<true, true>;
 
 // Ping-pong: each consumer warp group owns a 64x128 tile and the two take turns on the tensor cores, so one's
 // epilogue runs during the other's mainloop (the cooperative kernel's tensor cores idle in its epilogue).
