@@ -457,3 +457,31 @@ def test_site_inside_shard_map_is_rewritten():
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
         assert float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)) < 1e-5
     assert "jax_moe_ffi_grouped_gemm" in jax.jit(fast).lower(p, x).as_text()
+
+
+@pytest.mark.parametrize("tshape,k,width", [((7,), 3, 5), ((2, 3), 4, 1), ((4, 5), 2, 6)])
+def test_every_pair_token_leaf_is_a_broadcast_with_the_gathers_values(tshape, k, width):
+    """A leaf indexed by the token axes alone, read at every (token, choice) pair in pair order (the pair-level
+    row program): the same values as the plain gather at those coordinates, and a backward without a
+    scatter-add (a sum over the k choices), with the same gradient."""
+    rng = np.random.default_rng(len(tshape) * 10 + k)
+    val = jnp.asarray(rng.standard_normal(tshape + (width,)), jnp.float32)
+    lab = tuple((("T", i), False) for i in range(len(tshape))) + (None,)
+    p = int(np.prod(tshape)) * k
+    pair = jnp.arange(p, dtype=jnp.int32)
+    plain = EM.Coords()
+    rem = pair // k
+    for i in reversed(range(len(tshape))):
+        plain[("T", i)] = rem % tshape[i]
+        rem = rem // tshape[i]
+    every = EM.Coords(plain)
+    every.every_pair = (tshape, k)
+    np.testing.assert_array_equal(np.asarray(EM._gather(val, lab, every)), np.asarray(EM._gather(val, lab, plain)))
+    w = jnp.asarray(rng.standard_normal((p, width)), jnp.float32)
+    grads = [jax.grad(lambda v, c=c: jnp.sum(EM._gather(v, lab, c) * w))(val) for c in (every, plain)]
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=1e-6, atol=1e-6)
+    assert float(jnp.abs(grads[0]).sum()) > 0
+    text = jax.jit(jax.grad(lambda v: jnp.sum(EM._gather(v, lab, every) * w))).lower(val).as_text()
+    assert "scatter" not in text
+    plain_text = jax.jit(jax.grad(lambda v: jnp.sum(EM._gather(v, lab, plain) * w))).lower(val).as_text()
+    assert "scatter" in plain_text  # the test can tell the two forms apart

@@ -14,6 +14,8 @@ when importable, else a pure-JAX argsort fallback (`BACKEND = "jax"` forces it).
 """
 from __future__ import annotations
 
+import math
+
 import os
 
 import numpy as np
@@ -144,12 +146,24 @@ def _gather(val, lab, coords):
     x = x.reshape(tuple(val.shape[a] for a in idx_axes) + tuple(val.shape[a] for a in oth))
     if not idx_axes:
         return x[None]
+    every = getattr(coords, "every_pair", None)
+    if every is not None and [lab[a][0] for a in idx_axes] == [("T", i) for i in range(len(every[0]))]:
+        # Every (token, choice) pair in pair order and a leaf indexed by the token axes alone: pair p reads
+        # token p // k, i.e. each token row repeated k times. A broadcast instead of a gather, so that the
+        # backward is a sum over the k choices (deterministic) rather than a scatter-add with k updates per
+        # token (atomics on the GPU). The same values.
+        nt = math.prod(every[0])
+        x = x.reshape((nt,) + x.shape[len(idx_axes):])
+        return jnp.broadcast_to(x[:, None], (nt, every[1]) + x.shape[1:]).reshape((nt * every[1],) + x.shape[1:])
     idx = tuple(jnp.clip(coords[lab[a][0]], 0, val.shape[a] - 1) for a in idx_axes)
     return x[idx]
 
 
 class Coords(dict):
-    """Row coordinates by label; "C+s" (a slot coordinate before a [s:] slice) is derived on demand."""
+    """Row coordinates by label; "C+s" (a slot coordinate before a [s:] slice) is derived on demand.
+    every_pair = (token shape, k) when the rows are all (token, choice) pairs in pair order (see _gather)."""
+
+    every_pair = None
 
     def __missing__(self, key):
         if isinstance(key, str) and key.startswith("C+"):
@@ -567,6 +581,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     p = t * k
     coords_for = _pair_coords(site, ids)
     pc = coords_for(jnp.arange(p, dtype=jnp.int32))
+    pc.every_pair = (tuple(tshape), k)
     if mode == "dropless" and site.S is not None:
         read = _dropless_reader(site, prog, read)
     cap_routing = None  # exact capacity: the plan that also gives the site's drops (one plan, not two)
