@@ -581,7 +581,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     p = t * k
     coords_for = _pair_coords(site, ids)
     pc = coords_for(jnp.arange(p, dtype=jnp.int32))
-    pc.every_pair = (tuple(tshape), k)
+    if os.environ.get("JAX_MOE_FFI_PAIR_BROADCAST", "1") != "0":  # =0: plain gathers (A/B on the GPU)
+        pc.every_pair = (tuple(tshape), k)
     if mode == "dropless" and site.S is not None:
         read = _dropless_reader(site, prog, read)
     cap_routing = None  # exact capacity: the plan that also gives the site's drops (one plan, not two)
