@@ -17,18 +17,18 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %11 = stablehlo.divide %7, %10 : tensor<512x16xf32>
     %c = stablehlo.constant dense<0> : tensor<i32>
     %12 = "stablehlo.case"(%c) ({
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %13:2 = "stablehlo.case"(%12) ({
-      %153:2 = stablehlo.custom_call @jax_moe_ffi_top_k(%11) {backend_config = "", mhlo.backend_config = {k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x16xf32>) -> (tensor<512x2xf32>, tensor<512x2xi32>)
-      stablehlo.return %153#0, %153#1 : tensor<512x2xf32>, tensor<512x2xi32>
+      %143:2 = stablehlo.custom_call @jax_moe_ffi_top_k(%11) {backend_config = "", mhlo.backend_config = {k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x16xf32>) -> (tensor<512x2xf32>, tensor<512x2xi32>)
+      stablehlo.return %143#0, %143#1 : tensor<512x2xf32>, tensor<512x2xi32>
     }) : (tensor<i32>) -> (tensor<512x2xf32>, tensor<512x2xi32>)
     %cst_2 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %14 = stablehlo.reduce(%13#0 init: %cst_2) applies stablehlo.add across dimensions = [1] : (tensor<512x2xf32>, tensor<f32>) -> tensor<512xf32>
@@ -56,18 +56,18 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %30 = stablehlo.broadcast_in_dim %c_8, dims = [] : (tensor<i1>) -> tensor<0xi1>
     %c_9 = stablehlo.constant dense<0> : tensor<i32>
     %31 = "stablehlo.case"(%c_9) ({
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
     %32:4 = "stablehlo.case"(%31) ({
-      %153:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%13#1, %30) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
-      stablehlo.return %153#0, %153#1, %153#2, %153#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
+      %143:5 = stablehlo.custom_call @jax_moe_ffi_dispatch_plan(%13#1, %30) {backend_config = "", mhlo.backend_config = {align = 1 : i64, capacity = 64 : i64, chunk = 256 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>]} : (tensor<512x2xi32>, tensor<0xi1>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<81xi32>)
+      stablehlo.return %143#0, %143#1, %143#2, %143#3 : tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>
     }) : (tensor<i32>) -> (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>)
     %c_10 = stablehlo.constant dense<0> : tensor<i32>
     %33 = stablehlo.broadcast_in_dim %c_10, dims = [] : (tensor<i32>) -> tensor<512x2xi32>
@@ -153,119 +153,101 @@ module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas
     %94 = stablehlo.reshape %93 : (tensor<512x2xi32>) -> tensor<512x2x1xi32>
     %95 = stablehlo.transpose %94, dims = [0, 2, 1] : (tensor<512x2x1xi32>) -> tensor<512x1x2xi32>
     %96 = stablehlo.reshape %95 : (tensor<512x1x2xi32>) -> tensor<512x2xi32>
-    %c_30 = stablehlo.constant dense<0> : tensor<i32>
-    %c_31 = stablehlo.constant dense<511> : tensor<i32>
-    %97 = call @clip(%28, %c_30, %c_31) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
+    %97 = stablehlo.broadcast_in_dim %96, dims = [0, 2] : (tensor<512x2xi32>) -> tensor<512x1x2xi32>
+    %98 = stablehlo.broadcast_in_dim %97, dims = [0, 1, 2] : (tensor<512x1x2xi32>) -> tensor<512x2x2xi32>
+    %99 = stablehlo.reshape %98 : (tensor<512x2x2xi32>) -> tensor<1024x2xi32>
+    %100 = stablehlo.reshape %65 : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %101 = stablehlo.broadcast_in_dim %100, dims = [0, 1] : (tensor<1024x1xi32>) -> tensor<1024x2xi32>
+    %102 = stablehlo.compare EQ, %99, %101, SIGNED : (tensor<1024x2xi32>, tensor<1024x2xi32>) -> tensor<1024x2xi1>
+    %103 = stablehlo.convert %102 : (tensor<1024x2xi1>) -> tensor<1024x2xf32>
+    %104 = stablehlo.broadcast_in_dim %17, dims = [0, 2] : (tensor<512x2xf32>) -> tensor<512x1x2xf32>
+    %105 = stablehlo.broadcast_in_dim %104, dims = [0, 1, 2] : (tensor<512x1x2xf32>) -> tensor<512x2x2xf32>
+    %106 = stablehlo.reshape %105 : (tensor<512x2x2xf32>) -> tensor<1024x2xf32>
+    %107 = stablehlo.dot_general %103, %106, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
+    %108 = stablehlo.dot_general %92, %107, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
+    %109 = stablehlo.reshape %108 : (tensor<1024xf32>) -> tensor<512x2xf32>
+    %cst_30 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %110 = stablehlo.broadcast_in_dim %cst_30, dims = [] : (tensor<f32>) -> tensor<0xf32>
+    %c_31 = stablehlo.constant dense<0> : tensor<i32>
+    %111 = "stablehlo.case"(%c_31) ({
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
+    }, {
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
+    }, {
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
+    }) : (tensor<i32>) -> tensor<i32>
+    %112 = "stablehlo.case"(%111) ({
+      %143 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %32#0, %32#1, %110) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
+      stablehlo.return %143 : tensor<1024x256xf32>
+    }) : (tensor<i32>) -> tensor<1024x256xf32>
     %c_32 = stablehlo.constant dense<0> : tensor<i32>
-    %98 = stablehlo.broadcast_in_dim %c_32, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %99 = stablehlo.compare LT, %97, %98, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_33 = stablehlo.constant dense<512> : tensor<i32>
-    %100 = stablehlo.broadcast_in_dim %c_33, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %101 = stablehlo.add %97, %100 : tensor<1024xi32>
-    %102 = stablehlo.select %99, %101, %97 : tensor<1024xi1>, tensor<1024xi32>
-    %103 = stablehlo.broadcast_in_dim %102, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %104 = "stablehlo.gather"(%96, %103) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xi32>, tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %105 = stablehlo.reshape %65 : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %106 = stablehlo.broadcast_in_dim %105, dims = [0, 1] : (tensor<1024x1xi32>) -> tensor<1024x2xi32>
-    %107 = stablehlo.compare EQ, %104, %106, SIGNED : (tensor<1024x2xi32>, tensor<1024x2xi32>) -> tensor<1024x2xi1>
-    %108 = stablehlo.convert %107 : (tensor<1024x2xi1>) -> tensor<1024x2xf32>
+    %113 = stablehlo.broadcast_in_dim %c_32, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %114 = stablehlo.compare GE, %32#1, %113, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %115 = stablehlo.reshape %109 : (tensor<512x2xf32>) -> tensor<1024xf32>
+    %c_33 = stablehlo.constant dense<0> : tensor<i32>
+    %116 = stablehlo.broadcast_in_dim %c_33, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %117 = stablehlo.maximum %32#1, %116 : tensor<1024xi32>
     %c_34 = stablehlo.constant dense<0> : tensor<i32>
-    %c_35 = stablehlo.constant dense<511> : tensor<i32>
-    %109 = call @clip(%28, %c_34, %c_35) : (tensor<1024xi32>, tensor<i32>, tensor<i32>) -> tensor<1024xi32>
-    %c_36 = stablehlo.constant dense<0> : tensor<i32>
-    %110 = stablehlo.broadcast_in_dim %c_36, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %111 = stablehlo.compare LT, %109, %110, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_37 = stablehlo.constant dense<512> : tensor<i32>
-    %112 = stablehlo.broadcast_in_dim %c_37, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %113 = stablehlo.add %109, %112 : tensor<1024xi32>
-    %114 = stablehlo.select %111, %113, %109 : tensor<1024xi1>, tensor<1024xi32>
-    %115 = stablehlo.broadcast_in_dim %114, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %116 = "stablehlo.gather"(%17, %115) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<512x2xf32>, tensor<1024x1xi32>) -> tensor<1024x2xf32>
-    %117 = stablehlo.dot_general %108, %116, batching_dims = [0, 1] x [0, 1], contracting_dims = [] x [], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024x2xf32>
-    %118 = stablehlo.dot_general %92, %117, batching_dims = [0] x [0], contracting_dims = [1] x [1], precision = [DEFAULT, DEFAULT] : (tensor<1024x2xf32>, tensor<1024x2xf32>) -> tensor<1024xf32>
-    %119 = stablehlo.reshape %118 : (tensor<1024xf32>) -> tensor<512x2xf32>
-    %cst_38 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %120 = stablehlo.broadcast_in_dim %cst_38, dims = [] : (tensor<f32>) -> tensor<0xf32>
-    %c_39 = stablehlo.constant dense<0> : tensor<i32>
-    %121 = "stablehlo.case"(%c_39) ({
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+    %118 = stablehlo.broadcast_in_dim %c_34, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %119 = stablehlo.compare LT, %117, %118, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
+    %c_35 = stablehlo.constant dense<1024> : tensor<i32>
+    %120 = stablehlo.broadcast_in_dim %c_35, dims = [] : (tensor<i32>) -> tensor<1024xi32>
+    %121 = stablehlo.add %117, %120 : tensor<1024xi32>
+    %122 = stablehlo.select %119, %121, %117 : tensor<1024xi1>, tensor<1024xi32>
+    %123 = stablehlo.broadcast_in_dim %122, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
+    %124 = "stablehlo.gather"(%115, %123) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xf32>, tensor<1024x1xi32>) -> tensor<1024xf32>
+    %cst_36 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %125 = call @_where_3(%114, %124, %cst_36) : (tensor<1024xi1>, tensor<1024xf32>, tensor<f32>) -> tensor<1024xf32>
+    %c_37 = stablehlo.constant dense<0> : tensor<i32>
+    %126 = "stablehlo.case"(%c_37) ({
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %122 = "stablehlo.case"(%121) ({
-      %153 = stablehlo.custom_call @jax_moe_ffi_dispatch(%arg4, %32#0, %32#1, %120) {backend_config = "", mhlo.backend_config = {top_k = 2 : i64}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<512x256xf32>, tensor<512x2xi32>, tensor<1024xi32>, tensor<0xf32>) -> tensor<1024x256xf32>
-      stablehlo.return %153 : tensor<1024x256xf32>
-    }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %c_40 = stablehlo.constant dense<0> : tensor<i32>
-    %123 = stablehlo.broadcast_in_dim %c_40, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %124 = stablehlo.compare GE, %32#1, %123, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %125 = stablehlo.reshape %119 : (tensor<512x2xf32>) -> tensor<1024xf32>
-    %c_41 = stablehlo.constant dense<0> : tensor<i32>
-    %126 = stablehlo.broadcast_in_dim %c_41, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %127 = stablehlo.maximum %32#1, %126 : tensor<1024xi32>
-    %c_42 = stablehlo.constant dense<0> : tensor<i32>
-    %128 = stablehlo.broadcast_in_dim %c_42, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %129 = stablehlo.compare LT, %127, %128, SIGNED : (tensor<1024xi32>, tensor<1024xi32>) -> tensor<1024xi1>
-    %c_43 = stablehlo.constant dense<1024> : tensor<i32>
-    %130 = stablehlo.broadcast_in_dim %c_43, dims = [] : (tensor<i32>) -> tensor<1024xi32>
-    %131 = stablehlo.add %127, %130 : tensor<1024xi32>
-    %132 = stablehlo.select %129, %131, %127 : tensor<1024xi1>, tensor<1024xi32>
-    %133 = stablehlo.broadcast_in_dim %132, dims = [0] : (tensor<1024xi32>) -> tensor<1024x1xi32>
-    %134 = "stablehlo.gather"(%125, %133) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1>}> : (tensor<1024xf32>, tensor<1024x1xi32>) -> tensor<1024xf32>
-    %cst_44 = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %135 = call @_where_3(%124, %134, %cst_44) : (tensor<1024xi1>, tensor<1024xf32>, tensor<f32>) -> tensor<1024xf32>
-    %c_45 = stablehlo.constant dense<0> : tensor<i32>
-    %136 = "stablehlo.case"(%c_45) ({
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
-    }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
-    }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
-    }) : (tensor<i32>) -> tensor<i32>
-    %137:2 = "stablehlo.case"(%136) ({
-      %153 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%122, %arg2, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      %154 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%122, %arg3, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
-      stablehlo.return %153, %154 : tensor<1024x512xf32>, tensor<1024x512xf32>
+    %127:2 = "stablehlo.case"(%126) ({
+      %143 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%112, %arg2, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      %144 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%112, %arg3, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x256xf32>, tensor<16x256x512xf32>, tensor<16xi32>) -> tensor<1024x512xf32>
+      stablehlo.return %143, %144 : tensor<1024x512xf32>, tensor<1024x512xf32>
     }) : (tensor<i32>) -> (tensor<1024x512xf32>, tensor<1024x512xf32>)
-    %138 = stablehlo.negate %137#0 : tensor<1024x512xf32>
-    %139 = stablehlo.exponential %138 : tensor<1024x512xf32>
-    %cst_46 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %140 = stablehlo.broadcast_in_dim %cst_46, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %141 = stablehlo.add %140, %139 : tensor<1024x512xf32>
-    %cst_47 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-    %142 = stablehlo.broadcast_in_dim %cst_47, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
-    %143 = stablehlo.divide %142, %141 : tensor<1024x512xf32>
-    %144 = stablehlo.multiply %137#0, %143 : tensor<1024x512xf32>
-    %145 = stablehlo.multiply %144, %137#1 : tensor<1024x512xf32>
-    %146 = stablehlo.broadcast_in_dim %135, dims = [0] : (tensor<1024xf32>) -> tensor<1024x1xf32>
-    %147 = stablehlo.broadcast_in_dim %146, dims = [0, 1] : (tensor<1024x1xf32>) -> tensor<1024x512xf32>
-    %148 = stablehlo.multiply %145, %147 : tensor<1024x512xf32>
-    %c_48 = stablehlo.constant dense<0> : tensor<i32>
-    %149 = "stablehlo.case"(%c_48) ({
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+    %128 = stablehlo.negate %127#0 : tensor<1024x512xf32>
+    %129 = stablehlo.exponential %128 : tensor<1024x512xf32>
+    %cst_38 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %130 = stablehlo.broadcast_in_dim %cst_38, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %131 = stablehlo.add %130, %129 : tensor<1024x512xf32>
+    %cst_39 = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %132 = stablehlo.broadcast_in_dim %cst_39, dims = [] : (tensor<f32>) -> tensor<1024x512xf32>
+    %133 = stablehlo.divide %132, %131 : tensor<1024x512xf32>
+    %134 = stablehlo.multiply %127#0, %133 : tensor<1024x512xf32>
+    %135 = stablehlo.multiply %134, %127#1 : tensor<1024x512xf32>
+    %136 = stablehlo.broadcast_in_dim %125, dims = [0] : (tensor<1024xf32>) -> tensor<1024x1xf32>
+    %137 = stablehlo.broadcast_in_dim %136, dims = [0, 1] : (tensor<1024x1xf32>) -> tensor<1024x512xf32>
+    %138 = stablehlo.multiply %135, %137 : tensor<1024x512xf32>
+    %c_40 = stablehlo.constant dense<0> : tensor<i32>
+    %139 = "stablehlo.case"(%c_40) ({
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }, {
-      %c_49 = stablehlo.constant dense<0> : tensor<i32>
-      stablehlo.return %c_49 : tensor<i32>
+      %c_41 = stablehlo.constant dense<0> : tensor<i32>
+      stablehlo.return %c_41 : tensor<i32>
     }) : (tensor<i32>) -> tensor<i32>
-    %150 = "stablehlo.case"(%149) ({
-      %153 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%148, %arg1, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
-      stablehlo.return %153 : tensor<1024x256xf32>
+    %140 = "stablehlo.case"(%139) ({
+      %143 = stablehlo.custom_call @jax_moe_ffi_grouped_gemm(%138, %arg1, %32#3) {backend_config = "", mhlo.backend_config = {transpose_rhs = false}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[2, 1, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<1024x512xf32>, tensor<16x512x256xf32>, tensor<16xi32>) -> tensor<1024x256xf32>
+      stablehlo.return %143 : tensor<1024x256xf32>
     }) : (tensor<i32>) -> tensor<1024x256xf32>
-    %151 = call @compute_on(%32#0, %32#1, %32#2, %32#3, %150) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>) -> tensor<512x256xf32>
-    %152 = stablehlo.custom_call @annotate_device_placement(%151) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
-    return %152 : tensor<512x256xf32>
+    %141 = call @compute_on(%32#0, %32#1, %32#2, %32#3, %140) {mhlo.frontend_attributes = {_xla_stream_annotation = "2", inlineable = "false"}} : (tensor<512x2xi32>, tensor<1024xi32>, tensor<16xi32>, tensor<16xi32>, tensor<1024x256xf32>) -> tensor<512x256xf32>
+    %142 = stablehlo.custom_call @annotate_device_placement(%141) {backend_config = "", has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<512x256xf32>) -> tensor<512x256xf32>
+    return %142 : tensor<512x256xf32>
   }
   func.func private @floor_divide(%arg0: tensor<1024xi32>, %arg1: tensor<i32>) -> tensor<1024xi32> {
     %0 = stablehlo.convert %arg1 : tensor<i32>
