@@ -15,7 +15,6 @@ when importable, else a pure-JAX argsort fallback (`BACKEND = "jax"` forces it).
 from __future__ import annotations
 
 import math
-
 import os
 
 import numpy as np
@@ -147,7 +146,8 @@ def _gather(val, lab, coords):
     if not idx_axes:
         return x[None]
     every = getattr(coords, "every_pair", None)
-    if every is not None and [lab[a][0] for a in idx_axes] == [("T", i) for i in range(len(every[0]))]:
+    if (every is not None and [lab[a][0] for a in idx_axes] == [("T", i) for i in range(len(every[0]))]
+            and tuple(val.shape[a] for a in idx_axes) == tuple(every[0])):
         # Every (token, choice) pair in pair order and a leaf indexed by the token axes alone: pair p reads
         # token p // k, i.e. each token row repeated k times. A broadcast instead of a gather, so that the
         # backward is a sum over the k choices (deterministic) rather than a scatter-add with k updates per
