@@ -8,7 +8,8 @@ cc/cuda/grouped_gemm_run.cuh; this is the same integer rule).
   python tools/tile_utilisation.py
 
 Cases: the grouped_gemm benchmark's group sizes (even, Dirichlet skew) from shapes.json, and the routed sizes of
-the Qwen3-30B MoE layer benchmark (benchmarks/moe_layer.py: same init and input, top-8, capacity 1.25).
+the Qwen3-30B MoE layer benchmark (benchmarks/moe_layer.py: same init and input, top-8, capacity 1.25). The last
+column: 64-row tiles without a cluster (session 12's ping-pong 64x256 A/B, measured slower and removed).
 """
 import sys
 from pathlib import Path
@@ -49,15 +50,16 @@ def layer_sizes():
 
 def main():
     shapes = _common.load_shapes()
-    print(f"{'case':<42} {'groups':<7} {'2x1':>6} {'1x2/1x1':>8} {'pick':>6}")
+    print(f"{'case':<42} {'groups':<7} {'2x1':>6} {'1x2/1x1':>8} {'pick':>6} {'64-row':>7}")
     for c in shapes["grouped_gemm"]:
         for kind in ("even", "skew"):
             s = _common.group_sizes(c["M"], c["G"], kind, shapes)
             print(f"{c['name']:<42} {kind:<7} {utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f} "
-                  f"{'2x1' if paired_pick(s) else 'host':>6}")
+                  f"{'2x1' if paired_pick(s) else 'host':>6} {utilisation(s, tile=64):7.3f}")
     s = layer_sizes()
     print(f"{'qwen3-30b-a3b MoE layer (routed, ' + str(s.min()) + '-' + str(s.max()) + ' rows)':<42} {'routed':<7} "
-          f"{utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f} {'2x1' if paired_pick(s) else 'host':>6}")
+          f"{utilisation(s, cluster_m=2):6.3f} {utilisation(s):8.3f} {'2x1' if paired_pick(s) else 'host':>6} "
+          f"{utilisation(s, tile=64):7.3f}")
 
 
 if __name__ == "__main__":

@@ -246,21 +246,16 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
 }
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
-const std::string& Fp8TilesChoice() {
+bool UseSmallFp8Tiles(const Fp8Call& c) {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
-    const std::string c(v != nullptr ? v : "auto");
-    if (c != "auto" && c != "large" && c != "small") {
+    const std::string value(v != nullptr ? v : "auto");
+    if (value != "auto" && value != "large" && value != "small") {
       std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small; unknown value "
                            "ignored, using auto\n");
     }
-    return c;
+    return value;
   }();
-  return choice;
-}
-
-bool UseSmallFp8Tiles(const Fp8Call& c) {
-  const std::string& choice = Fp8TilesChoice();
   if (choice == "large") return false;
   if (choice == "small") return true;
   return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
