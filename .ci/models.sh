@@ -46,7 +46,7 @@ python -c "import jax, keras, keras_hub, maxtext; print('models.sh: jax', jax.__
 stamp "keras-hub + maxtext installed"
 
 set +e
-JMF_MODELS_REQUIRED=1 python -m pytest -q -rxX --durations=8 -p no:cacheprovider tests/models
+JMF_MODELS_REQUIRED=1 python -m pytest -q -rfExX --durations=8 -p no:cacheprovider tests/models
 rc=$?
 set -e
 stamp "pytest tests/models"

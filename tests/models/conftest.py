@@ -25,14 +25,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     tr = terminalreporter
     tr.section("jax_moe_ffi: third-party MoE sites rewritten")
-    tr.write_line(f"{'model':68s} {'mode':8s} {'sites':>9s} {'GG':>3s} {'rel fwd':>9s} {'rel grad':>9s}  result")
+    tr.write_line(f"{'model':68s} {'mode':8s} {'sites':>9s} {'GG':>3s} {'rel fwd':>9s} {'rel grad':>9s} "
+                  f"{'own noise':>9s}  result")
     for r in rows:
         sites = f"{r['sites_found']}/{r['sites_expected']}"
         fwd = f"{r['rel_fwd']:.1e}" if "rel_fwd" in r else "-"
         grad = f"{r['rel_grad']:.1e}" if "rel_grad" in r else "-"
+        noise = f"{r['rel_grad_base']:.1e}" if "rel_grad_base" in r else "-"
         gg = str(r.get("grouped_gemm_calls", "-"))
         res = "ok" if r.get("ok") else ("xfail: " + r["xfail"] if "xfail" in r else "FAILED")
-        tr.write_line(f"{r['model']:68s} {r['mode']:8s} {sites:>9s} {gg:>3s} {fwd:>9s} {grad:>9s}  {res}")
+        tr.write_line(f"{r['model']:68s} {r['mode']:8s} {sites:>9s} {gg:>3s} {fwd:>9s} {grad:>9s} {noise:>9s}  {res}")
     exact = {}
     for r in rows:  # one entry per configuration: its exact-mode check (capacity layers are also run dropless)
         if r["mode"] == "exact" or r["model"] not in exact:

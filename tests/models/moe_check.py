@@ -3,7 +3,8 @@
 Every model test goes through `check_model`: `explain` must find exactly the MoE sites the model has,
 `optimize` must reproduce the original function (f32, rel <= 1e-5), the lowered HLO of the optimized
 function must call `jax_moe_ffi_grouped_gemm` once per expert GEMM and hold no dense all-experts dot,
-and the gradient of a scalar loss must match the original's. Results go to `RESULTS`, which the
+and the gradient of a scalar loss must match the original's (rel <= 1e-5, or <= 4x the model's own
+jit-vs-eager gradient error where that is larger: whole f32 backbones). Results go to `RESULTS`, which the
 conftest prints at the end of the run.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from jax_moe_ffi.rewrite import explain, optimize
 
 TOL = 1e-5
 GRAD_TOL = 1e-5
+GRAD_NOISE_FACTOR = 4  # see check_model: the gradient bound is max(GRAD_TOL, 4 x the model's own jit-vs-eager error)
 GG = "jax_moe_ffi_grouped_gemm"
 REQUIRED = os.environ.get("JMF_MODELS_REQUIRED") == "1"  # .ci/models.sh: a missing library is an error
 RESULTS: list[dict] = []  # one row per checked model, printed by conftest.pytest_terminal_summary
@@ -133,8 +135,14 @@ def check_model(name, fn, args, *, expected_sites, family, E, k, dense_dot_floor
         g0 = jax.grad(loss(fn), argnums=loss_argnums)(*args)
         g1 = jax.jit(jax.grad(loss(ofn), argnums=loss_argnums))(*args)
         gerr = tree_rel(g1, g0)
-        row["rel_grad"] = gerr
-        assert gerr <= GRAD_TOL, (ctx, "gradient rel err", gerr)
+        # The model's own rounding noise: its unmodified gradient under jit (XLA fuses and reorders) against
+        # the eager one. Whole backbones in f32 reach 4e-6 of it on some seeds (Gemma4: the grads of small
+        # norm-scale leaves), so a fixed 1e-5 failed at random on correct rewrites. A rewrite is within
+        # rounding when its error is at most a few times that noise; wrong routing or a dropped term gives
+        # errors of 1e-3 and more.
+        base = tree_rel(jax.jit(jax.grad(loss(fn), argnums=loss_argnums))(*args), g0)
+        row["rel_grad"], row["rel_grad_base"] = gerr, base
+        assert gerr <= max(GRAD_TOL, GRAD_NOISE_FACTOR * base), (ctx, "gradient rel err", gerr, "own jit noise", base)
         hb = jax.jit(jax.grad(loss(ofn), argnums=loss_argnums)).lower(*args).as_text()
         assert GG in hb and f"{GG}_wgrad" in hb, ctx
     row["ok"] = True
