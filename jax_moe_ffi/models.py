@@ -243,6 +243,24 @@ def loop_moe(params, x, top_k: int = 2):
     return out
 
 
+def loop_moe_scalar_scales(params, x, top_k: int = 2, separate: bool = False, on_input: bool = False):
+    """Per-expert loop with a 0-d per-expert scale: `scale[e]` of a stacked [E] array (or separate scalar
+    leaves with `separate`), used through a derived scalar (2 * s - 1), on the output (or on the input rows
+    with `on_input`). `params["scale"]` as in `init_moe_params_extra`."""
+    weights, experts, _ = _router(params, x, top_k)
+    e_count = params["w_gate"].shape[0]
+    scales = [params["scale"][i] + 0.0 for i in range(e_count)] if separate else params["scale"]
+    out = 0.0
+    for e in range(e_count):
+        g_e = jnp.sum(jnp.where(experts == e, weights, 0.0), axis=-1).astype(x.dtype)  # [T]
+        s = 2.0 * scales[e] - 1.0  # 0-d, differs between experts
+        xe = x * s if on_input else x
+        h = jax.nn.silu(xe @ params["w_gate"][e]) * (xe @ params["w_up"][e])
+        y = h @ params["w_down"][e]
+        out = out + (y if on_input else s * y) * g_e[:, None]
+    return out
+
+
 def split_expert_params(params):
     """Stacked expert weights -> a list of separate per-expert weight dicts (for `loop_moe_list`)."""
     e = params["w_gate"].shape[0]
@@ -422,6 +440,21 @@ def _scatter_gate(top_k_weights, top_k_indices, num_experts, dtype):
     gate = jnp.zeros((b, s, num_experts), dtype=dtype)
     return gate.at[jnp.arange(b)[:, None, None], jnp.arange(s)[:, None], top_k_indices].set(
         top_k_weights.astype(dtype))
+
+
+def dense_moe_sigmoid_bias_scatter_add(params, x, top_k: int = 2, scaling: float = 2.5):
+    """DeepSeek-V3-style router: sigmoid scores, a per-expert bias used only to choose the experts, weights
+    from the unbiased scores, renormalised and scaled; the [T, E] gate built with `.at[].add` (a scatter-add
+    into zeros); all-experts dense compute."""
+    t = x.shape[0]
+    e = params["w_gate"].shape[0]
+    scores = jax.nn.sigmoid(x @ params["router"])
+    _, idx = jax.lax.top_k(scores + params["b_down"][:, 0], top_k)  # any [E] vector serves as the bias
+    w = jnp.take_along_axis(scores, idx, axis=-1)
+    w = scaling * w / jnp.sum(w, axis=-1, keepdims=True)
+    gate = jnp.zeros((t, e), x.dtype).at[jnp.arange(t)[:, None], idx].add(w)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
+    return jnp.einsum("tef,efd,te->td", h, params["w_down"], gate)
 
 
 def maxtext_style_moe(params, x, top_k: int = 2, capacity_factor: float = 0.0):

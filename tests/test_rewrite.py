@@ -73,8 +73,13 @@ POSITIVE = [
     ("broadcast_then_mask", M.masked_moe, "masked"),
     ("broadcast_then_where", M.masked_moe_where, "masked"),
     ("loop_slices", M.loop_moe, "loop"),
+    # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
+    ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
+    ("loop_scalar_scale_separate", partial(M.loop_moe_scalar_scales, separate=True), "loop"),
+    ("loop_scalar_scale_on_input", partial(M.loop_moe_scalar_scales, on_input=True), "loop"),
     ("shared_expert", M.shared_expert_moe, "dense"),
     ("gather_combine", M.gather_moe, "dense"),
+    ("sigmoid_bias_scatter_add_gate", M.dense_moe_sigmoid_bias_scatter_add, "dense"),
     ("capacity", partial(M.capacity_moe, capacity_factor=0.5), "capacity"),
     ("switch_top1_argmax", partial(M.switch_moe, capacity_factor=0.5), "capacity"),
     ("capacity_gsec", partial(M.capacity_moe_grouped, capacity_factor=0.75), "capacity"),
@@ -200,8 +205,10 @@ def test_hlo_has_grouped_gemm_and_no_dense_expert_dot(fn):
 
 
 @pytest.mark.parametrize("fn", [M.dense_moe, M.dense_moe_bias, partial(M.capacity_moe, capacity_factor=0.5),
-                                M.masked_moe_where, M.loop_moe, M.dense_moe_lhs],
-                         ids=["dense", "bias", "capacity", "masked_where", "loop", "lhs"])
+                                M.masked_moe_where, M.loop_moe, M.dense_moe_lhs, M.loop_moe_scalar_scales,
+                                partial(M.loop_moe_scalar_scales, separate=True, on_input=True)],
+                         ids=["dense", "bias", "capacity", "masked_where", "loop", "lhs", "loop_scalar_scale",
+                              "loop_separate_scalar_scale_on_input"])
 def test_grad_matches(fn):
     seed = _seed()
     p, x = _inputs(seed)

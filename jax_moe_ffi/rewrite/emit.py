@@ -214,6 +214,18 @@ class RowEval:
     def scalar(self, a):
         return _lit_value(a) if isinstance(a, Lit) else self.read(a)
 
+    def scalar_operand(self, a, out):
+        """A 0-d operand of an op whose output is `out`: a constant, or -- where it is part of the site (a
+        per-expert scale `s[e]` of a loop site, or a value computed from one) -- its rows, shaped to broadcast
+        against out's rows. (Reading such a value from the original program would give every expert the
+        template's, expert 0's, value.)"""
+        if isinstance(a, Lit) or a not in self.site.labels:
+            return self.scalar(a)
+        r = self.rows(a)
+        if jnp.ndim(r) == 0:
+            return r
+        return jnp.reshape(r, (r.shape[0],) + (1,) * len(self.oth(out)))
+
     # -- values
     def rows(self, v):
         if isinstance(v, Lit):
@@ -271,7 +283,7 @@ class RowEval:
             ops = []
             for i, a in enumerate(ins):
                 if a.ndim == 0:
-                    ops.append(self.scalar(a) if (e, i) not in site.elits else
+                    ops.append(self.scalar_operand(a, out) if (e, i) not in site.elits else
                                self.coords["E"].astype(a.dtype).reshape((self.n,) + (1,) * len(self.oth(out))))
                     continue
                 ops.append(self.full(self.rows(a), out))
@@ -294,8 +306,8 @@ class RowEval:
             oo = self.oth(out)
             nbd = (0,) + tuple(1 + oo.index(bd[i]) for i in oth0)
             if x is None:
-                x = self.scalar(v0)
-                x = jnp.asarray(x).reshape((1,))
+                x = jnp.asarray(self.scalar_operand(v0, v0))
+                x = x.reshape(x.shape[:1] or (1,))  # (n,) for a per-expert scalar, else (1,)
                 nbd = (0,)
             r = lax.broadcast_in_dim(x, self.out_shape(out), nbd)
         elif name == "reshape":

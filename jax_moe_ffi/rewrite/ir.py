@@ -220,6 +220,8 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
         elif name == "shard_map" and {"mesh", "in_specs", "out_specs", "jaxpr"} <= set(params):
             e.kind = "shard_map"
             e.subs = [program_from_closed(params["jaxpr"], [])]
+        elif name.startswith("scatter"):
+            pass  # scatter-add / -mul / -min / -max carry their combiner as `update_jaxpr`: a plain op, not a call
         elif any(isinstance(p, (jcore.Jaxpr, jcore.ClosedJaxpr)) for p in params.values()):
             e.kind = "opaque"
         exec_eqns.append(e)
