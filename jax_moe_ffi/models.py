@@ -363,6 +363,42 @@ def capacity_moe_grouped(params, x, top_k: int = 2, num_groups: int = 2, capacit
                              capacity_factor).reshape(t, d)
 
 
+def capacity_moe_per_choice_count(params, x, top_k: int = 2, capacity_factor: float = 1.0):
+    """NOT a valid capacity rule (a near-miss for exact mode): the running count runs over the tokens of each
+    choice separately ([T, k, E] cumsum along T), so a first and a second choice of the same expert can get
+    the same slot, and that buffer row holds the sum of two tokens."""
+    t = x.shape[0]
+    weights, experts, _ = _router(params, x, top_k)
+    e = params["w_gate"].shape[0]
+    capacity = max(1, int(math.ceil(t * top_k / e * capacity_factor)))
+    mask = jax.nn.one_hot(experts, e, dtype=jnp.int32)  # [T, k, E]
+    pos = jnp.cumsum(mask, axis=0) - 1  # per choice: collides across choices
+    keep = mask * (pos < capacity)
+    pos_1h = jax.nn.one_hot(jnp.sum(pos * keep, axis=-1), capacity, dtype=x.dtype)  # [T, k, C]
+    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), pos_1h)
+    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), pos_1h, weights.astype(x.dtype))
+    xe = jnp.einsum("tec,td->ecd", dispatch, x)
+    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xe,
+                                                                                     params["w_up"])
+    return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+
+
+def capacity_moe_groups_summed(params, x, capacity: int = 3):
+    """NOT a valid capacity rule (a near-miss for exact mode): top-1 on x [G, S, D] with a running count per
+    group (over S), but the dispatch einsum sums over the groups ('gsec,gsd->ecsd'): tokens of different
+    groups at the same position share a buffer row."""
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)  # [G, S, E]
+    idx, gate = jnp.argmax(probs, -1), jnp.max(probs, -1)
+    mask = jax.nn.one_hot(idx, params["w_gate"].shape[0], dtype=jnp.int32)
+    pos = jnp.cumsum(mask, axis=1) - 1
+    slot = jax.nn.one_hot(jnp.sum(pos * mask, -1), capacity, dtype=x.dtype)  # [G, S, C]
+    disp = mask[..., None].astype(x.dtype) * slot[..., None, :] * (pos < capacity)[..., None]
+    xe = jnp.einsum("gsec,gsd->ecsd", disp, x)
+    h = jax.nn.relu(jnp.einsum("ecsd,edf->ecsf", xe, params["w_up"]))
+    return jnp.einsum("gsec,ecsd->gsd", disp * gate[..., None, None], jnp.einsum("ecsf,efd->ecsd", h,
+                                                                                 params["w_down"]))
+
+
 def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
     """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
     argsort=True picks them with jnp.argsort over the token axis instead of top_k."""

@@ -302,6 +302,23 @@ def test_near_misses_not_rewritten(name, fn, reason):
     assert GG not in str(jax.make_jaxpr(of)(p, x))
 
 
+@pytest.mark.parametrize("fn,lead", [(M.capacity_moe_per_choice_count, ()), (M.capacity_moe_groups_summed, (2,))],
+                         ids=["count_per_choice", "groups_summed_by_the_dispatch"])
+def test_capacity_slots_shared_by_two_tokens_are_a_near_miss(fn, lead):
+    """Capacity rules under which two kept tokens can land in one (expert, slot) row: the model's expert then
+    sees their sum, which per-pair rows cannot reproduce. Exact mode must refuse (it rewrote both, 15-68%
+    wrong, before the probe check); dropless mode is per pair by definition and still rewrites."""
+    seed = _seed()
+    p, x = _inputs(seed, t=16, lead=lead)
+    r = explain(fn, p, x)
+    assert not r.sites, str(r)
+    assert any("two tokens can share an (expert, slot)" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y1 = optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(fn(p, x)))
+    assert [s.family for s in explain(fn, p, x, mode="dropless").sites] == ["capacity"]
+
+
 def test_region_used_elsewhere_is_a_near_miss():
     seed = _seed()
     p, x = _inputs(seed)

@@ -133,6 +133,16 @@ def _probes(shape, num_experts, rng):
 def capacity_shortcuts(site, prog, leaves):
     """{leaf var: candidate name} for every leaf in `leaves` that depends on the expert ids, when all of
     them match a GShard form on every probe; else (None, reason)."""
+    memo = getattr(site, "_shortcuts_memo", None)
+    key = tuple(id(v) for v in leaves)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    r = _capacity_shortcuts(site, prog, leaves)
+    site._shortcuts_memo = (key, r)
+    return r
+
+
+def _capacity_shortcuts(site, prog, leaves):
     I = site.I
     if site.C is None or I.ndim < 1:
         return None, "no capacity"
@@ -158,6 +168,163 @@ def capacity_shortcuts(site, prog, leaves):
                 return None, f"a capacity value ({v.aval.str_short()}) is not a GShard running-count form"
     found = {v: sorted(n)[0] for v, n in names.items()}
     return found, None
+
+
+# ----------------------------------------------------------------------------- one token per slot
+# Exact mode gives every kept (token, choice) pair its own expert row. That is the model's function only if
+# no two kept pairs share a buffer row (expert, slot, and the dispatch's uncontracted axes): a shared row
+# holds the *sum* of their tokens, and the expert is nonlinear in it. A running count proves it when it runs
+# over every pair the dispatch contracts, in one sequence; a count per choice, or per group while the
+# dispatch sums over groups, does not. This is checked on the probe ids: the dispatch tensor's may-be-nonzero
+# pattern (the ids' part evaluated exactly; every value the ids do not determine -- router weights, tokens --
+# taken as possibly nonzero), summed over the contracted axes, must be at most one everywhere.
+
+_SAME_PATTERN = {"convert_element_type", "neg", "copy", "copy_p", "reduce_precision", "abs", "sign", "floor",
+                 "ceil", "round", "real", "stop_gradient"}
+_UNION = {"add", "add_any", "sub", "or", "max", "min"}
+_STRUCTURAL = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "slice", "rev",
+               "concatenate", "pad", "gather", "dynamic_slice", "select_n"}
+_ANY = {"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and", "reduce_prod"}
+
+
+def _nz(val):
+    kind, a = val
+    return a if kind == "m" else np.asarray(a) != 0
+
+
+def _may_nonzero_rule(e, vals):
+    """Over-approximated may-be-nonzero patterns of e's outputs from its operands' (concrete or pattern)."""
+    name = e.name
+    outs = e.outs
+    unknown = [np.ones(o.shape, bool) for o in outs]
+    if name in ("mul", "and"):
+        return [np.broadcast_to(_nz(vals[0]) & _nz(vals[1]), outs[0].shape)]
+    if name == "div":
+        if vals[1][0] == "c" and np.all(np.asarray(vals[1][1]) != 0):
+            return [np.broadcast_to(_nz(vals[0]), outs[0].shape)]
+        return unknown
+    if name in _SAME_PATTERN or name == "integer_pow" and e.params.get("y", 0) > 0:
+        return [np.broadcast_to(_nz(vals[0]), outs[0].shape)]
+    if name in _UNION:
+        return [np.broadcast_to(_nz(vals[0]) | _nz(vals[1]), outs[0].shape)]
+    if name == "select_n":
+        cases = [np.broadcast_to(_nz(v), outs[0].shape) for v in vals[1:]]
+        if vals[0][0] == "c":
+            which = np.broadcast_to(np.asarray(vals[0][1]).astype(np.int64), outs[0].shape)
+            return [np.choose(which, cases)]
+        return [np.logical_or.reduce(cases)]
+    if name in _ANY:
+        return [np.any(_nz(vals[0]), axis=tuple(e.params["axes"]))]
+    if name == "dot_general":
+        dn = e.params["dimension_numbers"]
+        a, b = (_nz(v).astype(np.float32) for v in vals)
+        return [np.asarray(jax.lax.dot_general(a, b, dn)) > 0]
+    if name in _STRUCTURAL:
+        # the same op on the patterns; index operands (gather / dynamic_slice) must be concrete
+        if name in ("gather", "dynamic_slice") and any(v[0] == "m" for v in vals[1:]):
+            return unknown
+        ops = [_nz(vals[0])] + [(_nz(v) if name in ("concatenate", "pad") else np.asarray(v[1]))
+                                for v in vals[1:]]
+        with jax.ensure_compile_time_eval():
+            return [np.asarray(r).astype(bool) for r in bind(e, [jnp.asarray(o) for o in ops])]
+    return unknown
+
+
+def _aliases(prog, v):
+    """v and every variable that is v under another name (the flat view's alias equations: call boundaries)."""
+    same, changed = {v}, True
+    while changed:
+        changed = False
+        for e in prog.flat:
+            if e.kind != "alias":
+                continue
+            for a, o in zip(e.ins, e.outs):
+                if isinstance(a, Var) and (a in same) != (o in same):
+                    same |= {a, o}
+                    changed = True
+    return same
+
+
+def _may_nonzero(prog, v, source, value, limit=4000):
+    """v's may-be-nonzero pattern with `source` (and its aliases) bound to `value`; None when the sub-program
+    is too big."""
+    sources = _aliases(prog, source)
+    order, seen, stack = [], set(), [v]
+    while stack:  # the equations v needs, leaves excluded
+        x = stack.pop()
+        if isinstance(x, Lit) or x in sources or x in seen:
+            continue
+        seen.add(x)
+        e = prog.producer.get(x)
+        if e is None:
+            continue
+        if len(seen) > limit:
+            return None
+        order.append(e)
+        stack.extend(a for a in e.ins if isinstance(a, Var))
+    env = {x: ("c", value) for x in sources}
+
+    def get(x):
+        if isinstance(x, Lit):
+            return ("c", np.asarray(x.val))
+        return env.get(x) or ("m", np.ones(x.shape, bool))  # a leaf the ids do not determine
+
+    for e in sorted(set(order), key=lambda q: prog.pos[q]):
+        if any(o.size > MAX_PROBE_ELEMENTS for o in e.outs):
+            return None
+        vals = [get(a) for a in e.ins]
+        if e.kind not in ("prim", "alias") or e.effects:
+            res = [("m", np.ones(o.shape, bool)) for o in e.outs]
+        elif all(k == "c" for k, _ in vals):
+            with jax.ensure_compile_time_eval():
+                res = [("c", np.asarray(r)) for r in bind(e, [jnp.asarray(a) for _, a in vals])]
+        else:
+            res = [("m", m) for m in _may_nonzero_rule(e, vals)]
+        for o, r in zip(e.outs, res):
+            if o not in sources:  # the top_k that makes the ids also makes the weights: keep the probe ids
+                env[o] = r
+    return _nz(get(v))
+
+
+def _routing_probes(shape, num_experts, rng):
+    """Expert ids a router can produce (distinct experts within a token, as top-k gives) that crowd experts:
+    every token on the same k experts (in both choice orders), a Zipf-skewed draw and a uniform one."""
+    t, k = int(np.prod(shape[:-1])), shape[-1]
+    if k > num_experts:
+        return []
+    same = np.broadcast_to(np.arange(k), (t, k))
+    gumbel = -np.log(-np.log(rng.random((t, num_experts))))
+    skew = np.argsort(-(gumbel - 1.5 * np.log1p(np.arange(num_experts))), axis=1)[:, :k]
+    uniform = np.argsort(rng.random((t, num_experts)), axis=1)[:, :k]
+    return [p.reshape(shape) for p in (same, same[:, ::-1], skew, uniform)]
+
+
+def one_token_per_slot(site, prog):
+    """(ok, note or reason): can two kept pairs share a capacity slot of `site`'s dispatch (exact mode)?"""
+    found, _ = capacity_shortcuts(site, prog, list(site.kinds) + [site.S])
+    if found is not None and site.S in found:
+        return True, ("one token per (expert, slot): the slots are the GShard running count over every pair "
+                      "(checked on probe ids)")
+    D, e = site.disp_operand, site.disp_eqn
+    if D is None or e is None:
+        return False, "capacity dispatch tensor not found: cannot check one token per (expert, slot)"
+    if D.size > MAX_PROBE_ELEMENTS:
+        return False, ("cannot check one token per (expert, slot): the dispatch tensor is too large to probe "
+                       "and the slots are not the GShard running count")
+    (lc, rc), _ = e.params["dimension_numbers"]
+    contracted = tuple(lc if e.ins[0] is D else rc)
+    for probe in _routing_probes(_pair_shape(site), site.E, np.random.default_rng(1)):
+        try:
+            pat = _may_nonzero(prog, D, site.I, probe.reshape(site.I.shape).astype(site.I.dtype))
+        except Exception as ex:  # noqa: BLE001 - an op that cannot run eagerly here
+            return False, f"cannot check one token per (expert, slot): {type(ex).__name__} on probe ids"
+        if pat is None:
+            return False, "cannot check one token per (expert, slot): the slot computation is too large"
+        if np.any(np.sum(pat, axis=contracted) > 1):
+            return False, ("two tokens can share an (expert, slot) of the capacity buffer (checked on probe ids): "
+                           "the running count does not run over every (token, choice) pair the dispatch sums")
+    return True, ("one token per (expert, slot): checked on probe ids (the dispatch tensor's nonzero pattern, "
+                  "summed over its contracted token axes, is at most one)")
 
 
 def _pair_shape(site):

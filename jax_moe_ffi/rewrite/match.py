@@ -580,11 +580,15 @@ class Analyzer:
         site.primary = best
         site.family = self._family(site)
         if site.S is not None:
-            site.notes.append("assumes each (expert, slot) holds at most one token, as the running-count "
-                              "(cumsum) capacity rule guarantees")
             if not self._has_cumsum(site.S):
                 raise Miss("capacity slot index is not computed by a running count (cumsum): cannot prove "
                            "one token per slot")
+            if self.mode == "exact":  # dropless gives every pair its own row by definition
+                from jax_moe_ffi.rewrite import capacity as CAP
+                ok, why = CAP.one_token_per_slot(site, prog)
+                if not ok:
+                    raise Miss(why, site.disp_eqn)
+                site.notes.append(why)
         self._cost(site)
         site.source = source_line(site.root)
 
@@ -785,7 +789,7 @@ class Analyzer:
         """Expert-stacked dense contractions no site covers, with the best reason we have."""
         prog = self.prog
         router = self.router_eqns()
-        has_topk = any(F.is_router_eqn(e, prog) and e.name != "argmax" for e in prog.flat)
+        has_topk = any(F.is_router_eqn(e, prog) for e in prog.flat)  # top_k, approx_top_k, argmax (top-1)
         reported = {m["source"] for m in self.misses}
         gather_reason = self._expert_choice_reason()
         if gather_reason is not None:
@@ -804,7 +808,7 @@ class Analyzer:
                 reason = gather_reason
             elif not has_topk:
                 reason = ("no k-sparse gate: the expert-stacked contraction is combined with dense weights "
-                          "(no top_k/approx_top_k in the function; soft/dense MoE keeps its meaning)")
+                          "(no top_k/approx_top_k/argmax in the function; soft/dense MoE keeps its meaning)")
             else:
                 reason = ("expert-stacked contraction whose reduction over experts is not provably "
                           "weighted by a top_k-sparse gate")
