@@ -261,6 +261,20 @@ def loop_moe_scalar_scales(params, x, top_k: int = 2, separate: bool = False, on
     return out
 
 
+def loop_moe_shared_bias(params, x, top_k: int = 2):
+    """flax-style per-expert loop (sigmoid router, approx_max_k) that starts its sum from a shared expert whose
+    output bias is added as [1, D] (how flax's Dense adds it), a term of another shape in the chain."""
+    scores = jax.nn.sigmoid(x @ params["router"])
+    w, idx = jax.lax.approx_max_k(scores, top_k)
+    w = w / jnp.sum(w, -1, keepdims=True)
+    out = jax.nn.silu(x @ params["shared_up"]) @ params["shared_down"] + params["b_down"][0][None, :]
+    for e in range(params["w_gate"].shape[0]):
+        g = jnp.sum(jnp.where(idx == e, w, 0.0), axis=-1, keepdims=True)
+        h = jax.nn.silu(x @ params["w_gate"][e] + params["b_gate"][e]) * (x @ params["w_up"][e])
+        out = out + g * (h @ params["w_down"][e])
+    return out
+
+
 def split_expert_params(params):
     """Stacked expert weights -> a list of separate per-expert weight dicts (for `loop_moe_list`)."""
     e = params["w_gate"].shape[0]

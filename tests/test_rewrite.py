@@ -75,6 +75,7 @@ POSITIVE = [
     ("loop_slices", M.loop_moe, "loop"),
     # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
     ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
+    ("loop_shared_expert_bias_1xD", M.loop_moe_shared_bias, "loop"),
     ("loop_scalar_scale_separate", partial(M.loop_moe_scalar_scales, separate=True), "loop"),
     ("loop_scalar_scale_on_input", partial(M.loop_moe_scalar_scales, on_input=True), "loop"),
     ("shared_expert", M.shared_expert_moe, "dense"),

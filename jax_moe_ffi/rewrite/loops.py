@@ -125,9 +125,9 @@ def _attempt(an, root, chain, terms):
     if sorted(cols) != list(range(E)):
         raise Miss(f"the loop covers experts {sorted(cols)} of {E}")
     t0, _, con0 = cols[0]
-    for a in extra:
-        if a.shape != t0.shape:
-            raise Miss("an extra term of another shape in the sum")
+    for a in extra:  # e.g. a shared expert's output, or its bias as flax adds it ([1, D] against [T, D])
+        if a.ndim > t0.ndim or any(da not in (1, dt) for da, dt in zip(a.shape[::-1], t0.shape[::-1])):
+            raise Miss("an extra term of another shape in the sum (it does not broadcast to the expert terms')")
     if j_axis is not None and not isinstance(con0.xmap[j_axis], F.Bound):
         raise Miss("the choice axis of top_k is not summed in the expert terms")
     labels0 = [None] * t0.ndim
