@@ -377,6 +377,28 @@ def capacity_moe_grouped(params, x, top_k: int = 2, num_groups: int = 2, capacit
                              capacity_factor).reshape(t, d)
 
 
+def capacity_moe_random_second_choice(params, x, capacity_factor: float = 1.0):
+    """GShard's top-2 with the 'random' second-expert policy: the second choice is kept where a fixed-key
+    uniform draw is below 2 x its weight, then a choice-major running count (every first choice before any
+    second one). The slots depend on the router weights, not on the expert ids alone."""
+    t = x.shape[0]
+    weights, experts, _ = _router(params, x, 2)
+    e = params["w_gate"].shape[0]
+    capacity = max(1, int(math.ceil(t * 2 / e * capacity_factor)))
+    u = jax.random.uniform(jax.random.PRNGKey(1234), (t,), jnp.float32)
+    keep_choice = jnp.stack([jnp.ones((t,), jnp.int32), (u < 2.0 * weights[:, 1]).astype(jnp.int32)], -1)
+    mask = jax.nn.one_hot(experts, e, dtype=jnp.int32) * keep_choice[..., None]  # [T, 2, E]
+    pos = jnp.swapaxes((jnp.cumsum(jnp.swapaxes(mask, 0, 1).reshape(2 * t, e), axis=0) - 1).reshape(2, t, e), 0, 1)
+    keep = mask * (pos < capacity)
+    slot = jax.nn.one_hot(jnp.sum(pos * keep, -1), capacity, dtype=x.dtype)  # [T, 2, C]
+    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), slot)
+    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), slot, weights.astype(x.dtype))
+    xe = jnp.einsum("tec,td->ecd", dispatch, x)
+    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xe,
+                                                                                     params["w_up"])
+    return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+
+
 def capacity_moe_per_choice_count(params, x, top_k: int = 2, capacity_factor: float = 1.0):
     """NOT a valid capacity rule (a near-miss for exact mode): the running count runs over the tokens of each
     choice separately ([T, k, E] cumsum along T), so a first and a second choice of the same expert can get

@@ -84,6 +84,8 @@ POSITIVE = [
     ("capacity", partial(M.capacity_moe, capacity_factor=0.5), "capacity"),
     ("switch_top1_argmax", partial(M.switch_moe, capacity_factor=0.5), "capacity"),
     ("capacity_gsec", partial(M.capacity_moe_grouped, capacity_factor=0.75), "capacity"),
+    ("capacity_random_second_choice", partial(M.capacity_moe_random_second_choice, capacity_factor=0.75),
+     "capacity"),
 ] + [(f"argsort_{f}", partial(M.dense_moe, router=M.argsort_router(f)), "dense") for f in M.ARGSORT_FORMS] + [
     (f"capacity_argsort_{f}", partial(M.capacity_moe, capacity_factor=0.5, router=M.argsort_router(f)), "capacity")
     for f in ("neg", "last")]

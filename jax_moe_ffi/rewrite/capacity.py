@@ -189,7 +189,12 @@ _ANY = {"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and", "re
 
 def _nz(val):
     kind, a = val
-    return a if kind == "m" else np.asarray(a) != 0
+    if kind == "m":
+        return a
+    try:
+        return np.asarray(a) != 0
+    except TypeError:  # e.g. a PRNG key array: no pattern to read, may be anything
+        return np.ones(np.shape(a), bool)
 
 
 def _may_nonzero_rule(e, vals):
@@ -218,7 +223,8 @@ def _may_nonzero_rule(e, vals):
     if name == "dot_general":
         dn = e.params["dimension_numbers"]
         a, b = (_nz(v).astype(np.float32) for v in vals)
-        return [np.asarray(jax.lax.dot_general(a, b, dn)) > 0]
+        with jax.ensure_compile_time_eval():
+            return [np.asarray(jax.lax.dot_general(a, b, dn)) > 0]
     if name in _STRUCTURAL:
         # the same op on the patterns; index operands (gather / dynamic_slice) must be concrete
         if name in ("gather", "dynamic_slice") and any(v[0] == "m" for v in vals[1:]):
@@ -226,7 +232,7 @@ def _may_nonzero_rule(e, vals):
         ops = [_nz(vals[0])] + [(_nz(v) if name in ("concatenate", "pad") else np.asarray(v[1]))
                                 for v in vals[1:]]
         with jax.ensure_compile_time_eval():
-            return [np.asarray(r).astype(bool) for r in bind(e, [jnp.asarray(o) for o in ops])]
+            return [np.asarray(r).astype(bool) for r in bind(e, [np.asarray(o) for o in ops])]
     return unknown
 
 
@@ -245,9 +251,23 @@ def _aliases(prog, v):
     return same
 
 
-def _may_nonzero(prog, v, source, value, limit=4000):
+def _random_leaf(x, rng):
+    """A random value for an input of the program (a concrete stand-in for the model's weights and tokens)."""
+    dt = np.dtype(x.dtype)
+    # numpy arrays: under an enclosing jit trace even jnp.asarray would be staged into that trace (a tracer)
+    if dt == np.bool_:
+        return rng.random(x.shape) < 0.5
+    if np.issubdtype(dt, np.integer):
+        return rng.integers(0, 8, x.shape).astype(dt)
+    if np.issubdtype(dt, np.floating) or dt.kind == "V" and dt.itemsize in (1, 2):  # ml_dtypes: bf16, fp8
+        return rng.standard_normal(x.shape).astype(np.float32).astype(dt)
+    raise TypeError(f"no random stand-in for {x.aval.str_short()}")
+
+
+def _may_nonzero(prog, v, source, value, limit=4000, rng=None):
     """v's may-be-nonzero pattern with `source` (and its aliases) bound to `value`; None when the sub-program
-    is too big."""
+    is too big. The program's inputs are unknown (may be anything), or with `rng` random stand-ins (then the
+    pattern is v's actual nonzero pattern for those inputs)."""
     sources = _aliases(prog, source)
     order, seen, stack = [], set(), [v]
     while stack:  # the equations v needs, leaves excluded
@@ -262,11 +282,21 @@ def _may_nonzero(prog, v, source, value, limit=4000):
             return None
         order.append(e)
         stack.extend(a for a in e.ins if isinstance(a, Var))
-    env = {x: ("c", value) for x in sources}
+    env = {x: ("c", np.asarray(value)) for x in sources}
+    lit_env = {}
 
     def get(x):
         if isinstance(x, Lit):
-            return ("c", np.asarray(x.val))
+            if not isinstance(x.val, jax.core.Tracer):
+                return ("c", x.val)
+            # a value of an enclosing trace captured as a constant: unknown, like an input
+            if rng is None:
+                return ("m", np.ones(x.shape, bool))
+            if x not in lit_env:
+                lit_env[x] = ("c", _random_leaf(x, rng))
+            return lit_env[x]
+        if x not in env and rng is not None and prog.producer.get(x) is None:
+            env[x] = ("c", _random_leaf(x, rng))
         return env.get(x) or ("m", np.ones(x.shape, bool))  # a leaf the ids do not determine
 
     for e in sorted(set(order), key=lambda q: prog.pos[q]):
@@ -275,15 +305,22 @@ def _may_nonzero(prog, v, source, value, limit=4000):
         vals = [get(a) for a in e.ins]
         if e.kind not in ("prim", "alias") or e.effects:
             res = [("m", np.ones(o.shape, bool)) for o in e.outs]
-        elif all(k == "c" for k, _ in vals):
-            with jax.ensure_compile_time_eval():
-                res = [("c", np.asarray(r)) for r in bind(e, [jnp.asarray(a) for _, a in vals])]
         else:
-            res = [("m", m) for m in _may_nonzero_rule(e, vals)]
+            try:
+                if all(k == "c" for k, _ in vals):
+                    with jax.ensure_compile_time_eval():  # values stay JAX arrays (PRNG keys have no numpy form)
+                        res = [("c", r) for r in bind(e, [a for _, a in vals])]
+                else:
+                    res = [("m", m) for m in _may_nonzero_rule(e, vals)]
+            except Exception:  # noqa: BLE001 - an op that cannot run eagerly: its outputs may be anything
+                res = [("m", np.ones(o.shape, bool)) for o in e.outs]
         for o, r in zip(e.outs, res):
             if o not in sources:  # the top_k that makes the ids also makes the weights: keep the probe ids
                 env[o] = r
-    return _nz(get(v))
+    kind, val = get(v)
+    if rng is not None and (kind != "c" or isinstance(val, jax.core.Tracer)):
+        return None  # with random inputs the pattern must be a fact: here some value stayed unknown
+    return _nz((kind, val))
 
 
 def _routing_probes(shape, num_experts, rng):
@@ -313,18 +350,39 @@ def one_token_per_slot(site, prog):
                        "and the slots are not the GShard running count")
     (lc, rc), _ = e.params["dimension_numbers"]
     contracted = tuple(lc if e.ins[0] is D else rc)
-    for probe in _routing_probes(_pair_shape(site), site.E, np.random.default_rng(1)):
-        try:
-            pat = _may_nonzero(prog, D, site.I, probe.reshape(site.I.shape).astype(site.I.dtype))
-        except Exception as ex:  # noqa: BLE001 - an op that cannot run eagerly here
-            return False, f"cannot check one token per (expert, slot): {type(ex).__name__} on probe ids"
+
+    def collides(probe, rng=None):
+        """True / False; None: the random-input evaluation left some value unknown (no verdict)."""
+        pat = _may_nonzero(prog, D, site.I, probe.reshape(site.I.shape).astype(site.I.dtype), rng=rng)
         if pat is None:
-            return False, "cannot check one token per (expert, slot): the slot computation is too large"
-        if np.any(np.sum(pat, axis=contracted) > 1):
-            return False, ("two tokens can share an (expert, slot) of the capacity buffer (checked on probe ids): "
-                           "the running count does not run over every (token, choice) pair the dispatch sums")
-    return True, ("one token per (expert, slot): checked on probe ids (the dispatch tensor's nonzero pattern, "
-                  "summed over its contracted token axes, is at most one)")
+            if rng is None:
+                raise ValueError("the slot computation is too large to evaluate")
+            return None
+        return bool(np.any(np.sum(pat, axis=contracted) > 1))
+
+    rng = np.random.default_rng(1)
+    unsure = 0
+    for probe in _routing_probes(_pair_shape(site), site.E, rng):
+        try:
+            if not collides(probe):
+                continue  # no collision whatever the other values are
+            # the pattern also depends on values other than the ids (a weight-dependent or random second-choice
+            # policy): evaluate the model on random inputs, where a collision is a fact, not a bound
+            verdicts = [collides(probe, np.random.default_rng(seed)) for seed in (2, 3)]
+            if any(verdicts):
+                return False, ("two tokens can share an (expert, slot) of the capacity buffer (found on probe ids): "
+                               "the running count does not run over every (token, choice) pair the dispatch sums")
+            if None in verdicts:
+                return False, ("cannot check one token per (expert, slot): the slots depend on values besides the "
+                               "expert ids that could not be evaluated here")
+            unsure += 1
+        except Exception as ex:  # noqa: BLE001 - an op that cannot run eagerly here
+            return False, f"cannot check one token per (expert, slot) on probe ids ({type(ex).__name__}: {ex})"
+    if unsure:
+        return True, ("one token per (expert, slot): checked on probe ids with random inputs (the slots depend on "
+                      "values besides the expert ids, so this is a check of examples, not a bound)")
+    return True, ("one token per (expert, slot): checked on probe ids (the dispatch tensor's may-be-nonzero "
+                  "pattern, summed over its contracted token axes, is at most one whatever the other values)")
 
 
 def _pair_shape(site):
