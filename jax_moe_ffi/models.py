@@ -435,6 +435,42 @@ def capacity_moe_groups_summed(params, x, capacity: int = 3):
                                                                                  params["w_down"]))
 
 
+def scan_over_experts_moe(params, x, top_k: int = 2, fori: bool = False):
+    """Routed MoE as a lax.scan (or lax.fori_loop) over the stacked expert weights, accumulating each expert's
+    gated output: a form the pass reports and does not rewrite."""
+    weights, experts, _ = _router(params, x, top_k)
+    e_count = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e_count, x.dtype)  # [T, E]
+
+    def expert(e, wg, wu, wd):
+        return (jax.nn.silu(x @ wg) * (x @ wu)) @ wd * gate[:, e][:, None]
+
+    if fori:
+        def body(e, acc):
+            w = [lax_index(params[n], e) for n in ("w_gate", "w_up", "w_down")]
+            return acc + expert(e, *w)
+        return jax.lax.fori_loop(0, e_count, body, jnp.zeros_like(x))
+
+    def step(acc, xs):
+        e, wg, wu, wd = xs
+        return acc + expert(e, wg, wu, wd), None
+    return jax.lax.scan(step, jnp.zeros_like(x), (jnp.arange(e_count), params["w_gate"], params["w_up"],
+                                                  params["w_down"]))[0]
+
+
+def lax_index(a, i):
+    return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+
+
+def gathered_weights_moe(params, x, top_k: int = 2):
+    """Routed MoE that gathers each (token, choice)'s expert weights (`w[idx]`: [T, k, D, F]) and contracts
+    per token: a form the pass reports and does not rewrite."""
+    weights, experts, _ = _router(params, x, top_k)
+    wg, wu, wd = (params[n][experts] for n in ("w_gate", "w_up", "w_down"))
+    h = jax.nn.silu(jnp.einsum("td,tkdf->tkf", x, wg)) * jnp.einsum("td,tkdf->tkf", x, wu)
+    return jnp.einsum("tkf,tkfd,tk->td", h, wd, weights.astype(x.dtype))
+
+
 def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
     """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
     argsort=True picks them with jnp.argsort over the token axis instead of top_k."""

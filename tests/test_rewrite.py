@@ -282,6 +282,10 @@ NEAR_MISSES = [
     ("soft_moe", M.soft_moe, "no k-sparse gate"),
     ("dense_no_gate", M.dense_mixture, "no k-sparse gate"),
     ("dense_softmax_weights", M.dense_softmax_mixture, "no k-sparse gate"),
+    # routed MoE in forms the pass does not rewrite: reported, not silent
+    ("scan_over_experts", M.scan_over_experts_moe, "per-expert loop written as lax.scan"),
+    ("fori_loop_over_experts", partial(M.scan_over_experts_moe, fori=True), "per-expert loop written as lax.scan"),
+    ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
 ]
 
 

@@ -814,6 +814,52 @@ class Analyzer:
                           "weighted by a top_k-sparse gate")
             self.misses.append({"reason": reason, "source": src, "op": e.name, "at": None,
                                 "shapes": [tuple(a.shape) for a in e.ins]})
+        self._unsupported_forms(reported)
+
+    def _unsupported_forms(self, reported):
+        """Routed MoE written in forms the pass does not rewrite, reported so that they are not silent: a
+        lax.scan / fori_loop over the experts, and expert weights gathered per (token, choice)."""
+        prog = self.prog
+        experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
+                   for o in e.outs if F.is_topk_indices(o, prog)}
+        if not experts:
+            return
+
+        def note(e, reason):
+            src = source_line(e)
+            if src not in reported:
+                reported.add(src)
+                self.misses.append({"reason": reason, "source": src, "op": e.name, "at": None,
+                                    "shapes": [tuple(a.shape) for a in e.ins]})
+
+        for e in prog.flat:
+            if e.kind in ("scan", "while") and any(_has_dot(sub) for sub in e.subs or []):
+                # (a fori_loop with static bounds is a scan with no xs: the stacked weights are its consts)
+                stacked = any(isinstance(x, Var) and x.ndim >= 3 and x.shape[0] in experts for x in e.ins)
+                if stacked and (e.kind == "while" or e.params["length"] in experts):
+                    note(e, "per-expert loop written as lax.scan / lax.fori_loop / lax.while_loop over stacked "
+                            "expert weights: not rewritten (unrolled Python loops over the experts, the all-experts "
+                            "einsum and capacity einsums are)")
+            elif e.name == "gather" and e.ins[0].ndim >= 3 and e.ins[0].shape[0] in experts \
+                    and self._from_router(e.ins[1]):
+                note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
+                        "token): not rewritten (the all-experts einsum or a loop over the experts is)")
+
+    def _from_router(self, v, limit=200):
+        """Is v computed (within a few hundred equations) from top-k indices?"""
+        prog = self.prog
+        stack, seen = [v], set()
+        while stack and len(seen) < limit:
+            x = stack.pop()
+            if not isinstance(x, Var) or x in seen:
+                continue
+            seen.add(x)
+            if F.is_topk_indices(x, prog):
+                return True
+            q = prog.producer.get(x)
+            if q is not None:
+                stack.extend(q.ins)
+        return False
 
     def _expert_choice_reason(self):
         """A top_k whose one-hot category axis is contracted against activations that share none of the
@@ -906,6 +952,11 @@ def _param_like(prog, v, limit=64):
             return False
         v = e.ins[0]
     return False
+
+
+def _has_dot(sub) -> bool:
+    """Does a sub-program (a scan / while body, nested ones included) contain a dot_general?"""
+    return any(q.name == "dot_general" or any(_has_dot(x) for x in (q.subs or [])) for q in sub.flat)
 
 
 def _stacked_dot(e, prog=None):
