@@ -377,6 +377,16 @@ def capacity_moe_grouped(params, x, top_k: int = 2, num_groups: int = 2, capacit
                              capacity_factor).reshape(t, d)
 
 
+def _capacity_einsums(params, x, keep, slot_1h, weights):
+    """[T, k, E] kept mask and [T, k, C] slot one-hot -> GShard dispatch / combine einsums around SwiGLU experts."""
+    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), slot_1h)
+    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), slot_1h, weights.astype(x.dtype))
+    xe = jnp.einsum("tec,td->ecd", dispatch, x)
+    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xe,
+                                                                                     params["w_up"])
+    return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+
+
 def capacity_moe_random_second_choice(params, x, capacity_factor: float = 1.0):
     """GShard's top-2 with the 'random' second-expert policy: the second choice is kept where a fixed-key
     uniform draw is below 2 x its weight, then a choice-major running count (every first choice before any
@@ -391,12 +401,7 @@ def capacity_moe_random_second_choice(params, x, capacity_factor: float = 1.0):
     pos = jnp.swapaxes((jnp.cumsum(jnp.swapaxes(mask, 0, 1).reshape(2 * t, e), axis=0) - 1).reshape(2, t, e), 0, 1)
     keep = mask * (pos < capacity)
     slot = jax.nn.one_hot(jnp.sum(pos * keep, -1), capacity, dtype=x.dtype)  # [T, 2, C]
-    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), slot)
-    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), slot, weights.astype(x.dtype))
-    xe = jnp.einsum("tec,td->ecd", dispatch, x)
-    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xe,
-                                                                                     params["w_up"])
-    return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+    return _capacity_einsums(params, x, keep, slot, weights)
 
 
 def capacity_moe_per_choice_count(params, x, top_k: int = 2, capacity_factor: float = 1.0):
@@ -411,12 +416,7 @@ def capacity_moe_per_choice_count(params, x, top_k: int = 2, capacity_factor: fl
     pos = jnp.cumsum(mask, axis=0) - 1  # per choice: collides across choices
     keep = mask * (pos < capacity)
     pos_1h = jax.nn.one_hot(jnp.sum(pos * keep, axis=-1), capacity, dtype=x.dtype)  # [T, k, C]
-    dispatch = jnp.einsum("tke,tkc->tec", keep.astype(x.dtype), pos_1h)
-    combine = jnp.einsum("tke,tkc,tk->tec", keep.astype(x.dtype), pos_1h, weights.astype(x.dtype))
-    xe = jnp.einsum("tec,td->ecd", dispatch, x)
-    h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xe, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xe,
-                                                                                     params["w_up"])
-    return jnp.einsum("tec,ecd->td", combine, jnp.einsum("ecf,efd->ecd", h, params["w_down"]))
+    return _capacity_einsums(params, x, keep, pos_1h, weights)
 
 
 def capacity_moe_groups_summed(params, x, capacity: int = 3):
