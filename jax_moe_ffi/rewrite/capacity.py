@@ -337,7 +337,8 @@ def _routing_probes(shape, num_experts, rng):
 
 
 def one_token_per_slot(site, prog):
-    """(ok, note or reason): can two kept pairs share a capacity slot of `site`'s dispatch (exact mode)?"""
+    """(True, note) when no two kept (token, choice) pairs can share an (expert, slot) row of `site`'s capacity
+    dispatch, else (False, the near-miss reason). Exact mode only: dropless gives every pair its own row."""
     found, _ = capacity_shortcuts(site, prog, list(site.kinds) + [site.S])
     if found is not None and site.S in found:
         return True, ("one token per (expert, slot): the slots are the GShard running count over every pair "
@@ -361,8 +362,11 @@ def one_token_per_slot(site, prog):
         return bool(np.any(np.sum(pat, axis=contracted) > 1))
 
     rng = np.random.default_rng(1)
+    probes = _routing_probes(_pair_shape(site), site.E, rng)
+    if not probes:
+        return False, "cannot check one token per (expert, slot): more choices per token than experts"
     unsure = 0
-    for probe in _routing_probes(_pair_shape(site), site.E, rng):
+    for probe in probes:
         try:
             if not collides(probe):
                 continue  # no collision whatever the other values are

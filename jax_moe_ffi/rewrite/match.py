@@ -833,6 +833,8 @@ class Analyzer:
                                     "shapes": [tuple(a.shape) for a in e.ins]})
 
         for e in prog.flat:
+            if e in self.covered:
+                continue
             if e.kind in ("scan", "while") and any(_has_dot(sub) for sub in e.subs or []):
                 # (a fori_loop with static bounds is a scan with no xs: the stacked weights are its consts)
                 stacked = any(isinstance(x, Var) and x.ndim >= 3 and x.shape[0] in experts for x in e.ins)
