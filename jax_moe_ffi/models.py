@@ -447,7 +447,7 @@ def scan_over_experts_moe(params, x, top_k: int = 2, fori: bool = False):
 
     if fori:
         def body(e, acc):
-            w = [lax_index(params[n], e) for n in ("w_gate", "w_up", "w_down")]
+            w = [_index0(params[n], e) for n in ("w_gate", "w_up", "w_down")]
             return acc + expert(e, *w)
         return jax.lax.fori_loop(0, e_count, body, jnp.zeros_like(x))
 
@@ -458,7 +458,8 @@ def scan_over_experts_moe(params, x, top_k: int = 2, fori: bool = False):
                                                   params["w_down"]))[0]
 
 
-def lax_index(a, i):
+def _index0(a, i):
+    """a[i] along axis 0 for a traced index (the fori_loop counter)."""
     return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
 
