@@ -25,7 +25,7 @@ from jax import lax
 
 from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.ir import Lit, Var
-from jax_moe_ffi.rewrite.match import others
+from jax_moe_ffi.rewrite.match import others, upstream
 
 BACKEND = "auto"  # "auto" | "ops" | "jax"
 
@@ -781,17 +781,7 @@ def _slot_at(S, roles, c):
 
 
 def _from_cumsum(prog, v, limit=64):
-    stack, seen = [v], set()
-    while stack and len(seen) < limit:
-        x = stack.pop()
-        e = prog.producer.get(x) if isinstance(x, Var) else None
-        if e is None or e in seen:
-            continue
-        seen.add(e)
-        if e.name in F.CUMULATIVE:
-            return True
-        stack += list(e.ins)
-    return False
+    return upstream(prog, v, lambda x, e: e is not None and e.name in F.CUMULATIVE, limit)
 
 
 def _dropless_reader(site, prog, read):

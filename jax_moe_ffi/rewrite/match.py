@@ -607,18 +607,7 @@ class Analyzer:
         return False
 
     def _has_cumsum(self, v, limit=2000):
-        prog = self.prog
-        seen, stack = set(), [v]
-        while stack and len(seen) < limit:
-            x = stack.pop()
-            e = prog.producer.get(x)
-            if e is None or e in seen:
-                continue
-            seen.add(e)
-            if e.name in F.CUMULATIVE:
-                return True
-            stack += [a for a in e.ins if isinstance(a, Var)]
-        return False
+        return upstream(self.prog, v, lambda x, e: e is not None and e.name in F.CUMULATIVE, limit)
 
     def _from_tokens(self, site, v):
         """Is v (transitively, inside the region) computed from a token leaf with feature axes?"""
@@ -849,19 +838,7 @@ class Analyzer:
 
     def _from_router(self, v, limit=200):
         """Is v computed (within a few hundred equations) from top-k indices?"""
-        prog = self.prog
-        stack, seen = [v], set()
-        while stack and len(seen) < limit:
-            x = stack.pop()
-            if not isinstance(x, Var) or x in seen:
-                continue
-            seen.add(x)
-            if F.is_topk_indices(x, prog):
-                return True
-            q = prog.producer.get(x)
-            if q is not None:
-                stack.extend(q.ins)
-        return False
+        return upstream(self.prog, v, lambda x, e: F.is_topk_indices(x, self.prog), limit)
 
     def _expert_choice_reason(self):
         """A top_k whose one-hot category axis is contracted against activations that share none of the
@@ -953,6 +930,23 @@ def _param_like(prog, v, limit=64):
         if e.name not in SHAPE_OPS:
             return False
         v = e.ins[0]
+    return False
+
+
+def upstream(prog, v, hit, limit):
+    """Does hit(var, its producer or None) hold for v or a value it is computed from (walking at most `limit`
+    variables up the producers)?"""
+    stack, seen = [v], set()
+    while stack and len(seen) < limit:
+        x = stack.pop()
+        if not isinstance(x, Var) or x in seen:
+            continue
+        seen.add(x)
+        e = prog.producer.get(x)
+        if hit(x, e):
+            return True
+        if e is not None:
+            stack.extend(e.ins)
     return False
 
 
