@@ -117,3 +117,54 @@ def test_capacity_layer_with_aux_losses_on_the_same_router_tensors(t, e, k, seed
 
     flat = lambda g: np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in jax.tree.leaves(g)])
     assert _rel(flat(loss(fast)(p, x)), flat(loss(fn)(p, x))) <= 1e-5  # f32 rounding: as the other grad tests
+
+
+def _t5x_top1_layer(params, x, capacity_factor, slot_scale=1.0, squeeze="index"):
+    """T5X / Switch style, written the way einsum-everything code writes it: top_k(k=1) with its choice axis
+    dropped (`[..., 0]` or a reshape), a *float* running count (cumsum of the float one-hot) and a float
+    slot index one-hot'ed into [S, B, E, C]. slot_scale != 1 makes some slot values fractional: their
+    one-hot is all zero (the token is dropped), which the rewrite must reproduce."""
+    s, b, d = x.shape
+    e = params["router"].shape[-1]
+    cap = max(1, int(round(s * capacity_factor / e)))
+    probs = jax.nn.softmax(jnp.einsum("sbd,de->sbe", x, params["router"]), axis=-1)
+    gate, idx = jax.lax.top_k(probs, 1)  # [S, B, 1]
+    top1 = idx[..., 0] if squeeze == "index" else idx.reshape(s, b)
+    mask = jax.nn.one_hot(top1, e, dtype=jnp.float32)  # [S, B, E]
+    pos = jnp.cumsum(mask, axis=0) - 1.0  # token-major running count per batch column
+    slot_val = jnp.sum(pos * mask, axis=-1) * slot_scale
+    slot = jax.nn.one_hot(slot_val, cap, dtype=jnp.float32)  # [S, B, C]
+    disp = mask[..., None] * slot[..., None, :] * (pos < cap)[..., None]
+    comb = disp * gate[..., None]
+    xe = jnp.einsum("sbec,sbd->ecbd", disp, x)
+    h = jax.nn.gelu(jnp.einsum("ecbd,efd->ecbf", xe, params["wi_t"]))
+    ye = jnp.einsum("ecbf,def->ecbd", h, params["wo_t"])
+    return jnp.einsum("sbec,ecbd->sbd", comb, ye)
+
+
+@settings(max_examples=4, deadline=None)
+@given(s=st.integers(6, 40), b=st.integers(1, 3), e=st.sampled_from([2, 4, 5]),
+       cf=st.sampled_from([0.5, 1.0, 2.0]), slot_scale=st.sampled_from([1.0, 0.5]),
+       squeeze=st.sampled_from(["index", "reshape"]), seed=st.integers(0, 2 ** 31 - 1))
+def test_t5x_top1_float_slots_rewritten_exactly(s, b, e, cf, slot_scale, squeeze, seed):
+    """top_k(k=1)[..., 0] is a top-1 router like argmax; a float slot index is a one-hot coordinate (values
+    that are no integer select no slot). Forward and gradients must equal the model's, drops included."""
+    rng = np.random.default_rng(seed)
+    d, f = 8, 12
+    params = {"router": jnp.asarray(rng.standard_normal((d, e)), jnp.float32),
+              "wi_t": jnp.asarray(rng.standard_normal((e, f, d)) / np.sqrt(d), jnp.float32),
+              "wo_t": jnp.asarray(rng.standard_normal((d, e, f)) / np.sqrt(f), jnp.float32)}
+    x = jnp.asarray(rng.standard_normal((s, b, d)), jnp.float32)
+    naive = lambda p, x: _t5x_top1_layer(p, x, cf, slot_scale, squeeze)
+    report = jax_moe_ffi.explain(naive, params, x)
+    assert len(report.sites) == 1 and report.sites[0].k == 1 and report.sites[0].capacity is not None, report
+    opt = jax_moe_ffi.optimize(naive, mode="exact")
+    assert "jax_moe_ffi_grouped_gemm" in str(jax.make_jaxpr(opt)(params, x))
+    ref = naive(params, x)
+    assert _rel(jax.jit(opt)(params, x), ref) <= 1e-5
+    loss = lambda fn: (lambda p, x: jnp.sum(jnp.sin(fn(p, x))))
+    g_opt = jax.grad(loss(opt), argnums=(0, 1))(params, x)
+    g_ref = jax.grad(loss(naive), argnums=(0, 1))(params, x)
+    for a, r in zip(jax.tree.leaves(g_opt), jax.tree.leaves(g_ref)):
+        assert np.linalg.norm(np.asarray(a, np.float64) - np.asarray(r, np.float64)) <= 1e-5 * max(
+            1.0, np.linalg.norm(np.asarray(r, np.float64)))

@@ -773,11 +773,20 @@ def _note_once(site, text):
         site.notes.append(text)
 
 
+NO_SLOT = -(1 << 30)  # a slot no capacity test keeps, also after an offset is subtracted
+
+
 def _slot_at(S, roles, c):
     idx = []
     for r in roles:
         idx.append(0 if r == "1" else c["J"] if r == "J" else c["E"] if r == "E" else c[r])  # "1": size-1 axis
-    return S[tuple(idx)].astype(jnp.int32)
+    s = S[tuple(idx)]
+    if jnp.issubdtype(s.dtype, jnp.floating):
+        # a float slot index (one_hot of a float): its one-hot is all zero unless the value is an integer;
+        # map every other value (fractions, NaN, +-inf, out of int32 range) to NO_SLOT
+        ok = (s == jnp.floor(s)) & (jnp.abs(s) < (1 << 30))
+        return jnp.where(ok, jnp.where(ok, s, 0).astype(jnp.int32), NO_SLOT)
+    return s.astype(jnp.int32)
 
 
 def _from_cumsum(prog, v, limit=64):

@@ -331,9 +331,29 @@ def _argsort_topk_axis(v, prog):
     return ax
 
 
+def _top1_squeezed(v, prog):
+    """The top_k equation when v is its k = 1 indices with the choice axis squeezed or reshaped away
+    (`top_k(s, 1)[1][..., 0]`, T5X / Switch style): like argmax, a top-1 index per token. Else None."""
+    e = prog.producer.get(v)
+    if e is None or e.name not in ("squeeze", "reshape") or not isinstance(e.ins[0], Var):
+        return None
+    src = e.ins[0]
+    t = prog.producer.get(src)
+    if t is None or t.name not in TOPK or len(t.outs) != 2 or t.outs[1] is not src:
+        return None
+    ax = _topk_axis(t)
+    if src.shape[ax] != 1 or tuple(v.shape) != tuple(d for a, d in enumerate(src.shape) if a != ax):
+        return None
+    if e.name == "squeeze" and tuple(d % src.ndim for d in e.params["dimensions"]) != (ax,):
+        return None
+    if e.name == "reshape" and e.params.get("dimensions") is not None:
+        return None
+    return t
+
+
 def is_topk_indices(v, prog):
-    """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1; a slice of jnp.argsort):
-    distinct, in range."""
+    """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1; a slice of jnp.argsort;
+    top_k's k = 1 indices without their choice axis): distinct, in range."""
     e = prog.producer.get(v)
     if e is None:
         return False
@@ -341,6 +361,8 @@ def is_topk_indices(v, prog):
         return len(e.params["axes"]) == 1
     if e.name == "slice":
         return _argsort_topk_axis(v, prog) is not None
+    if e.name in ("squeeze", "reshape"):
+        return _top1_squeezed(v, prog) is not None
     return e.name in TOPK and len(e.outs) == 2 and e.outs[1] is v
 
 
@@ -357,6 +379,9 @@ def topk_info(v, prog):
     if e.name == "slice":
         ax = _argsort_topk_axis(v, prog)
         return e.ins[0].shape[ax], ax, [a for a in range(v.ndim) if a != ax]
+    if e.name in ("squeeze", "reshape"):  # top_k(k=1) without its choice axis: top-1, as argmax
+        t = _top1_squeezed(v, prog)
+        return t.ins[0].shape[_topk_axis(t)], None, list(range(v.ndim))
     ax = _topk_axis(e)
     return e.ins[0].shape[ax], ax, [a for a in range(v.ndim) if a != ax]
 
@@ -579,6 +604,12 @@ class Facts:
         for x, y, ix, iy in ((a, b, 0, 1), (b, a, 1, 0)):
             vx = self.view(x)
             fy = self.get(y)
+            if vx is None and isinstance(x, Var) and np.issubdtype(x.dtype, np.floating) \
+                    and fy.iota is not None:
+                # one_hot of a float index (a slot computed as sum(cumsum(mask) * mask)): still true only
+                # where the coordinate equals the value; readers of such a source turn values that are no
+                # integer into "no slot" (emit._slot_at)
+                vx = self._float_view(x)
             if vx is None:
                 continue
             src, xm = vx
@@ -595,6 +626,19 @@ class Facts:
             if isinstance(y, Lit) and fy.const is not None and float(fy.const).is_integer():
                 return Fact(cons=frozenset({Con(("col", int(fy.const)), src, xm_out)}), binary=True)
         return None
+
+    def _float_view(self, x):
+        """(y, xmap) with x[coords] == y[coords[xmap]]: a float value seen through the broadcast_in_dim
+        that adds its one-hot's axis (one_hot(v) is eq(v[..., None], iota))."""
+        xm = tuple(range(x.ndim))
+        e = self.prog.producer.get(x)
+        while e is not None and e.name == "broadcast_in_dim" and isinstance(e.ins[0], Var):
+            y, dims = e.ins[0], e.params["broadcast_dimensions"]
+            if any(y.shape[i] != x.shape[d] for i, d in enumerate(dims)):
+                break  # a real broadcast of a size-1 axis: keep x itself
+            x, xm = y, tuple(xm[d] for d in dims)
+            e = self.prog.producer.get(x)
+        return x, xm
 
     def _nonneg_index(self, a):
         """An iota or a view of top_k indices: already in range, jnp's negative-index fix-up is a no-op."""
