@@ -25,7 +25,7 @@ from jax import lax
 
 from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.ir import Lit, Var
-from jax_moe_ffi.rewrite.match import others, upstream
+from jax_moe_ffi.rewrite.match import merged_parts, others, upstream
 
 BACKEND = "auto"  # "auto" | "ops" | "jax"
 
@@ -168,6 +168,13 @@ class Coords(dict):
     def __missing__(self, key):
         if isinstance(key, str) and key.startswith("C+"):
             v = self["C"] + int(key[2:])
+            self[key] = v
+            return v
+        parts = merged_parts(key)
+        if parts:  # a merged axis (match.merged_parts): the row-major flat index of its parts
+            v = 0
+            for kind, size in parts:
+                v = v * size + self[kind]
             self[key] = v
             return v
         raise KeyError(key)

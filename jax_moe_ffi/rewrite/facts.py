@@ -107,10 +107,14 @@ class Fact:
     cons: frozenset = frozenset()
     binary: bool = False
     neg: frozenset = frozenset()  # constraints outside which the value is hugely negative (-inf, -1e9)
+    # the value equals `fill` wherever a constraint of `fcons` fails (flaxformer's priority
+    # `cumsum(mask) * mask - 1`: -1 at the experts a token did not choose; its one-hot is zero there)
+    fill: object = None
+    fcons: frozenset = frozenset()
 
     def empty(self):
         return self.view is None and self.iota is None and self.const is None and not self.cons \
-            and not self.neg and not self.binary
+            and not self.neg and not self.binary and not self.fcons
 
 
 EMPTY = Fact()
@@ -258,6 +262,37 @@ def _reshape_map(in_shape, out_shape, dimensions):
         if len(gi) == 1 and len(gj) == 1:
             m[gj[0]] = ("pt", {0: (gi[0], False)})
     return m
+
+
+def _reshape_groups(in_shape, out_shape):
+    """[(input axes, output axes)] of a row-major reshape, size-1 axes left out; None if it does not split
+    into such groups."""
+    ins_ = [a for a in range(len(in_shape)) if in_shape[a] != 1]
+    outs_ = [a for a in range(len(out_shape)) if out_shape[a] != 1]
+    groups = []
+    i = j = 0
+    while i < len(ins_) and j < len(outs_):
+        gi, gj = [ins_[i]], [outs_[j]]
+        pi, pj = in_shape[ins_[i]], out_shape[outs_[j]]
+        i += 1
+        j += 1
+        while pi != pj:
+            if pi < pj:
+                if i >= len(ins_):
+                    return None
+                gi.append(ins_[i])
+                pi *= in_shape[ins_[i]]
+                i += 1
+            else:
+                if j >= len(outs_):
+                    return None
+                gj.append(outs_[j])
+                pj *= out_shape[outs_[j]]
+                j += 1
+        groups.append((gi, gj))
+    if i != len(ins_) or j != len(outs_):
+        return None
+    return groups
 
 
 def operand_to_out(omap, operand):
@@ -439,7 +474,7 @@ class Facts:
         return None
 
     # ------------------------------------------------------------------------------------------
-    def _transport(self, fact, omap, operand, bounds=None, keep_view=True, shape=None):
+    def _transport(self, fact, omap, operand, bounds=None, keep_view=True, shape=None, keep_fill=False):
         """Move an operand's facts to the output through the axis map."""
         o2 = operand_to_out(omap, operand)
         bounds = bounds or {}
@@ -459,6 +494,10 @@ class Facts:
             if nc is not None:
                 neg.add(nc)
         nf = Fact(cons=frozenset(cons), binary=fact.binary, const=fact.const, neg=frozenset(neg))
+        if keep_fill and fact.fcons:  # moves that keep values (and max / min reductions: _reduce)
+            fcons = {nc for nc in (c.remap(fn, bound_for, shape) for c in fact.fcons) if nc is not None}
+            if fcons:
+                nf.fill, nf.fcons = fact.fill, frozenset(fcons)
         if keep_view and fact.view is not None:
             x, xm = fact.view
             if all(a in o2 for a in xm):
@@ -504,7 +543,18 @@ class Facts:
             return None
         if name in IDENTITY_UNARY or name in ("broadcast_in_dim", "reshape", "squeeze", "transpose",
                                                "convert_element_type"):
-            nf = self._transport_e(fs[0], omaps[0], 0)
+            nf = self._transport_e(fs[0], omaps[0], 0, keep_fill=True)
+            if name == "reshape":
+                self._rebase_split(e, fs[0], nf)
+            if name == "convert_element_type" and nf.fcons:
+                if np.dtype(e.outs[0].dtype) == np.bool_:
+                    nf.fill, nf.fcons = None, frozenset()
+                elif np.issubdtype(e.outs[0].dtype, np.floating):
+                    nf.fill = float(nf.fill)
+                elif np.isfinite(float(nf.fill)):
+                    nf.fill = int(np.trunc(float(nf.fill)))  # float -> int conversion truncates
+                else:
+                    nf.fill, nf.fcons = None, frozenset()
             return [nf]
         if name == "slice":
             return [self._slice(e, fs[0], omaps[0])]
@@ -519,6 +569,13 @@ class Facts:
                 return None
             t = self._transport_e(fs[i], omaps[0], i)
             return [Fact(neg=t.neg)]
+        if name in ("add", "sub") and fs[0].cons and fs[1].const is not None \
+                and isinstance(fs[1].const, (int, float, np.number)) and tuple(ins[1].shape) == () \
+                and tuple(ins[0].shape) == tuple(e.outs[0].shape):
+            # x + c / x - c with x zero outside its constraints: equal to +-c there
+            t = self._transport_e(fs[0], omaps[0], 0)
+            c = fs[1].const if name == "add" else -fs[1].const
+            return [Fact(fill=c, fcons=t.cons)]
         if name == "div" and fs[0].neg and isinstance(ins[1], Lit) and (fs[1].const or 0) > 0:
             t = self._transport_e(fs[0], omaps[0], 0)
             return [Fact(neg=t.neg)]
@@ -570,7 +627,7 @@ class Facts:
             return [self.dot_product_fact(e, out_space=True)]
 
         if name == "broadcast_in_dim":
-            return [self._transport_e(fs[0], omaps[0], 0)]
+            return [self._transport_e(fs[0], omaps[0], 0, keep_fill=True)]
         return None
 
     def _slice(self, e, f, omap):
@@ -622,10 +679,86 @@ class Facts:
                 if fy.iota in oy:
                     cat = oy[fy.iota]
                     if cat not in xm_out:
-                        return Fact(cons=frozenset({Con(cat, src, xm_out)}), binary=True)
+                        cons = {Con(cat, src, xm_out)}
+                        fx = self.get(x)
+                        z = fx.fill
+                        if fx.fcons and z is not None and not (float(z).is_integer() and 0 <= z < y.shape[fy.iota]):
+                            # x == z (no coordinate) wherever its fill constraints fail: the one-hot is zero there
+                            cons |= set(self._transport_e(fx, omap, ix, keep_fill=True).fcons)
+                        return Fact(cons=frozenset(cons), binary=True)
             if isinstance(y, Lit) and fy.const is not None and float(fy.const).is_integer():
                 return Fact(cons=frozenset({Con(("col", int(fy.const)), src, xm_out)}), binary=True)
         return None
+
+    def _rebase_split(self, e, f, nf):
+        """At a reshape, a constraint whose index array is itself a reshape of top_k's ids is re-stated on those
+        ids (through their view): flaxformer's ids [G, S, K] -> [G, K, S] -> [G, K*S] (choice-major), one-hot,
+        cumsum, then [G, K*S, E] -> [G, K, S, E] splits the merged axis back; with K = 1 or G = 1 the reshapes
+        only add or drop size-1 axes. The new constraint replaces the transported one (same meaning)."""
+        x, out = e.ins[0], e.outs[0]
+        if e.params.get("dimensions") is not None or not (f.cons or f.fcons):
+            return
+        groups = _reshape_groups(tuple(x.shape), tuple(out.shape))
+        if groups is None:
+            return
+        o2 = {gi[0]: gj[0] for gi, gj in groups if len(gi) == 1 and len(gj) == 1}
+        split = {gi[0]: gj for gi, gj in groups if len(gi) == 1 and len(gj) > 1}
+        plain = operand_to_out(axis_map(e)[0][0], 0).get  # what _transport used
+        for attr in ("cons", "fcons"):
+            new = set(getattr(nf, attr))
+            for c in getattr(f, attr):
+                rc = self._rebased(c, o2, split, tuple(out.shape))
+                if rc is not None:
+                    new.discard(c.remap(plain, lambda a: None, tuple(x.shape)))
+                    new.add(rc)
+            setattr(nf, attr, frozenset(new))
+        if nf.fcons and nf.fill is None:
+            nf.fill = f.fill
+
+    def _rebased(self, c, o2, split, out_shape):
+        if is_topk_indices(c.src, self.prog):
+            return None
+        if isinstance(c.cat, int):
+            if c.cat not in o2:
+                return None
+            cat = o2[c.cat]
+        else:
+            cat = c.cat
+        r = self.prog.producer.get(c.src)
+        if r is None or r.name != "reshape" or r.params.get("dimensions") is not None \
+                or not isinstance(r.ins[0], Var):
+            return None
+        src_in = r.ins[0]
+        rgroups = _reshape_groups(tuple(src_in.shape), tuple(c.src.shape))
+        if rgroups is None or any(len(gj) != 1 for _, gj in rgroups):
+            return None
+        group_of = {gj[0]: gi for gi, gj in rgroups}  # src axis -> the src_in axes merged into it
+        xm_in = [None] * src_in.ndim
+        for m, a in enumerate(c.xmap):
+            gi = group_of.get(m)
+            if gi is None:  # a size-1 axis of the index array: nothing of src_in
+                continue
+            if isinstance(a, Bound) or a in o2:
+                if len(gi) != 1:
+                    return None
+                xm_in[gi[0]] = a if isinstance(a, Bound) else o2[a]
+            elif a in split and [src_in.shape[q] for q in gi] == [out_shape[p] for p in split[a]]:
+                for q, p_ in zip(gi, split[a]):
+                    xm_in[q] = p_
+            else:
+                return None
+        # size-1 axes of src_in: any size-1 axis of the output indexes them exactly (one coordinate); in order,
+        # so that a size-1 token or choice axis (G = 1, K = 1) keeps an axis of its own
+        free = [a for a in range(len(out_shape)) if out_shape[a] == 1 and a not in xm_in]
+        for q in range(src_in.ndim):
+            if xm_in[q] is None:
+                if src_in.shape[q] != 1:
+                    return None
+                xm_in[q] = free.pop(0) if free else Bound()
+        X, vxm = self.view(src_in) or (src_in, tuple(range(src_in.ndim)))
+        if not is_topk_indices(X, self.prog):
+            return None
+        return Con(cat, X, tuple(xm_in[a] for a in vxm), c.off)
 
     def _float_view(self, x):
         """(y, xmap) with x[coords] == y[coords[xmap]]: a float value seen through the broadcast_in_dim
@@ -743,7 +876,8 @@ class Facts:
 
     def _reduce(self, e, f, omap, axes):
         bounds = {a: Bound() for a in axes}
-        nf = self._transport_e(f, omap, 0, bounds=bounds, keep_view=False)
+        nf = self._transport_e(f, omap, 0, bounds=bounds, keep_view=False,
+                               keep_fill=e.name in ("reduce_max", "reduce_min"))
         if e.name == "reduce_sum":
             nf.binary = f.binary and self._unique_sum(f.cons, axes)
         elif e.name in ("reduce_max", "reduce_or"):
@@ -752,6 +886,8 @@ class Facts:
             nf.binary = False
         if e.name in ("argmax", "argmin"):
             return None
+        # (max / min keep `fill`: every term equals it where no bound choice satisfies the constraint, and so
+        # does their max / min; a sum or product does not)
         nf.const = None
         return nf
 

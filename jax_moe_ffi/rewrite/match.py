@@ -99,7 +99,17 @@ def others(v, labels):
 
 
 def label_kinds(lab):
-    return {x[0] for x in lab if x is not None and not x[1]}
+    out = set()
+    for x in lab:
+        if x is not None and not x[1]:
+            out.update(merged_parts(x[0]) or (x[0],))
+    return out
+
+
+def merged_parts(kind):
+    """The (kind, size) parts of a merged label ("M", ((kind, size), ...)): an axis that a reshape made of
+    several labeled axes, row-major (flaxformer's [E, G, C, D] -> [E, G*C, D] expert input); else None."""
+    return kind[1] if isinstance(kind, tuple) and len(kind) == 2 and kind[0] == "M" else None
 
 
 def _is_t(L):
@@ -424,6 +434,8 @@ class Analyzer:
             ax = site.eslices[e]
             omaps = [list(omaps[0])]
             omaps[0][ax] = ("pt", {0: (ax, False)})
+        if name == "reshape" and any(k == "mix" and L is not None for (k, _), L in zip(omaps[0], out_labs[0])):
+            return self._reshape_back(e, out_labs[0])
         if name == "slice" and e not in site.eslices:
             st, sr = e.params["start_indices"], e.params["strides"]
             omaps = [list(omaps[0])]
@@ -453,6 +465,40 @@ class Analyzer:
             self._dot_rule(site, e, res, out_labs[0])
         # every labeled axis of an operand must come from an output label: nothing else to check
         return [tuple(r) if r is not None else None for r in res]
+
+    def _reshape_back(self, e, olab):
+        """Operand labels of a reshape that merges labeled axes into one (the operand's axes get the merged
+        label's parts) or splits one axis into labeled axes (the operand's axis gets a merged label). Per row,
+        such a reshape moves no data: the labeled axes are the row index either way."""
+        x, out = e.ins[0], e.outs[0]
+        groups = None if e.params.get("dimensions") is not None else \
+            F._reshape_groups(tuple(x.shape), tuple(out.shape))
+        if groups is None:
+            raise Miss("`reshape` mixes positions along a token/expert axis", e)
+        res = [None] * x.ndim
+        covered = set()
+        for gi, gj in groups:
+            covered.update(gj)
+            labs = [olab[a] for a in gj]
+            if all(L is None for L in labs):
+                continue
+            if any(L is None or L[1] for L in labs):
+                raise Miss("`reshape` mixes token/expert axes with feature axes", e)
+            if len(gi) == 1 and len(gj) == 1:
+                res[gi[0]] = labs[0]
+            elif len(gi) == 1:  # split: the operand axis is the row-major merge of the output's labeled axes
+                res[gi[0]] = (("M", tuple((L[0], out.shape[a]) for L, a in zip(labs, gj))), False)
+            elif len(gj) == 1:  # merge: a merged label whose parts are the operand's axes
+                parts = merged_parts(labs[0][0])
+                if parts is None or [n for _, n in parts] != [x.shape[a] for a in gi]:
+                    raise Miss("`reshape` mixes positions along a token/expert axis", e)
+                for a, (kind, _) in zip(gi, parts):
+                    res[a] = (kind, False)
+            else:
+                raise Miss("`reshape` mixes positions along a token/expert axis", e)
+        if any(olab[a] is not None for a in range(out.ndim) if a not in covered):
+            raise Miss("`reshape` mixes positions along a token/expert axis", e)  # a labeled size-1 axis
+        return [tuple(res)]
 
     def _dot_rule(self, site, e, res, olab):
         """Contractions inside the region: over feature axes (rows), or over tokens at the capacity
@@ -865,9 +911,15 @@ class Analyzer:
         return None
 
 
+def _kind_name(k):
+    parts = merged_parts(k)
+    if parts:
+        return "(" + "*".join(_kind_name(q) for q, _ in parts) + ")"
+    return f"T{k[1]}" if _is_t(k) else str(k)
+
+
 def _fmt_lab(lab):
-    return "[" + ",".join("_" if L is None else (f"T{L[0][1]}" if _is_t(L[0]) else str(L[0])) + ("'" if L[1] else "")
-                          for L in lab) + "]"
+    return "[" + ",".join("_" if L is None else _kind_name(L[0]) + ("'" if L[1] else "") for L in lab) + "]"
 
 
 def _lname(L):
