@@ -130,10 +130,10 @@ def _t5x_top1_layer(params, x, capacity_factor, slot_scale=1.0, squeeze="index")
     probs = jax.nn.softmax(jnp.einsum("sbd,de->sbe", x, params["router"]), axis=-1)
     gate, idx = jax.lax.top_k(probs, 1)  # [S, B, 1]
     top1 = idx[..., 0] if squeeze == "index" else idx.reshape(s, b)
-    mask = jax.nn.one_hot(top1, e, dtype=jnp.float32)  # [S, B, E]
+    mask = jax.nn.one_hot(top1, e, dtype=x.dtype)  # [S, B, E]
     pos = jnp.cumsum(mask, axis=0) - 1.0  # token-major running count per batch column
     slot_val = jnp.sum(pos * mask, axis=-1) * slot_scale
-    slot = jax.nn.one_hot(slot_val, cap, dtype=jnp.float32)  # [S, B, C]
+    slot = jax.nn.one_hot(slot_val, cap, dtype=x.dtype)  # [S, B, C]
     disp = mask[..., None] * slot[..., None, :] * (pos < cap)[..., None]
     comb = disp * gate[..., None]
     xe = jnp.einsum("sbec,sbd->ecbd", disp, x)
@@ -263,6 +263,17 @@ def test_gpu_new_capacity_forms_run_the_cuda_kernels(layer):
     """On the H200, the forms added in session 14 (flaxformer's masked routing with a [E, G*C, D] expert input,
     T5X's top_k(k=1)[..., 0] with a float slot index) in bf16: the compiled program calls the CUDA grouped
     GEMM, and the result matches the model's own bf16 program (XLA's einsums) within bf16 rounding."""
+    _check_bf16_capacity_form(layer)
+
+
+@pytest.mark.parametrize("layer", ["flaxformer", "t5x"])
+def test_new_capacity_forms_in_bf16(layer):
+    """The same in bf16 on any backend (a bf16 float slot index is a slot coordinate too: bfloat16 is no numpy
+    floating subtype, the analysis must still see it as a float)."""
+    _check_bf16_capacity_form(layer)
+
+
+def _check_bf16_capacity_form(layer):
     rng = np.random.default_rng()
     d, f, e = 64, 128, 8
     params = _flaxformer_params(rng, d, f, e)
@@ -285,3 +296,29 @@ def test_gpu_new_capacity_forms_run_the_cuda_kernels(layer):
     out = opt(p16, x16)
     assert np.isfinite(np.asarray(out, np.float32)).all()
     assert _rel(np.asarray(out, np.float32), ref) <= 2e-2
+
+
+def test_two_argmax_top2_is_a_near_miss_with_its_reason():
+    """Praxis-style top-2 by two argmaxes (the second over the gates with the first masked out): the gate is a
+    sum of two one-hots over different index arrays. Not rewritten; explain says why; optimize keeps the values."""
+    rng = np.random.default_rng()
+    e, d, f = 4, 8, 12
+    params = _flaxformer_params(rng, d, f, e)
+    x = jnp.asarray(rng.standard_normal((16, d)), jnp.float32)
+
+    def layer(p, x):
+        g = jax.nn.softmax(x @ p["router"], axis=-1)
+        i1 = jnp.argmax(g, axis=-1)
+        m1 = jax.nn.one_hot(i1, e)
+        i2 = jnp.argmax(g * (1.0 - m1), axis=-1)
+        gate = g * m1 + g * jax.nn.one_hot(i2, e)  # [T, E], two nonzeros per row
+        h = jax.nn.gelu(jnp.einsum("td,edf->tef", x, p["wi"]) + p["bi"])
+        return jnp.einsum("tef,efd,te->td", h, p["wo"], gate)
+
+    report = jax_moe_ffi.explain(layer, params, x)
+    assert report.sites == []
+    assert any("sum of one-hot terms over different index arrays" in m.reason for m in report.misses), report
+    with pytest.warns(RuntimeWarning):
+        opt = jax_moe_ffi.optimize(layer)
+        out = opt(params, x)
+    assert _rel(out, layer(params, x)) <= 1e-6

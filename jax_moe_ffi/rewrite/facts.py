@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from jax import dtypes
 
 from jax_moe_ffi.rewrite.ir import Lit, Var
 
@@ -546,11 +547,13 @@ class Facts:
             nf = self._transport_e(fs[0], omaps[0], 0, keep_fill=True)
             if name == "reshape":
                 self._rebase_split(e, fs[0], nf)
+            if name == "reduce_precision" and nf.fcons:
+                nf.fill, nf.fcons = None, frozenset()  # (it may round a fill onto a coordinate)
             if name == "convert_element_type" and nf.fcons:
                 if np.dtype(e.outs[0].dtype) == np.bool_:
                     nf.fill, nf.fcons = None, frozenset()
-                elif np.issubdtype(e.outs[0].dtype, np.floating):
-                    nf.fill = float(nf.fill)
+                elif dtypes.issubdtype(e.outs[0].dtype, np.floating):
+                    nf.fill = float(np.asarray(nf.fill, dtype=e.outs[0].dtype))  # rounded as the values are
                 elif np.isfinite(float(nf.fill)):
                     nf.fill = int(np.trunc(float(nf.fill)))  # float -> int conversion truncates
                 else:
@@ -661,7 +664,7 @@ class Facts:
         for x, y, ix, iy in ((a, b, 0, 1), (b, a, 1, 0)):
             vx = self.view(x)
             fy = self.get(y)
-            if vx is None and isinstance(x, Var) and np.issubdtype(x.dtype, np.floating) \
+            if vx is None and isinstance(x, Var) and dtypes.issubdtype(x.dtype, np.floating) \
                     and fy.iota is not None:
                 # one_hot of a float index (a slot computed as sum(cumsum(mask) * mask)): still true only
                 # where the coordinate equals the value; readers of such a source turn values that are no

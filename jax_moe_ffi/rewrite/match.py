@@ -844,12 +844,33 @@ class Analyzer:
             elif not has_topk:
                 reason = ("no k-sparse gate: the expert-stacked contraction is combined with dense weights "
                           "(no top_k/approx_top_k/argmax in the function; soft/dense MoE keeps its meaning)")
+            elif self._sum_of_choices(e):
+                reason = ("the gate / dispatch tensor is a sum of one-hot terms over different index arrays (one "
+                          "per choice, e.g. two argmaxes as in Praxis' top-2 gating): each term is sparse, the sum is "
+                          "not proven to be one top-k; an expert-id array from lax.top_k(gates, k) is")
             else:
                 reason = ("expert-stacked contraction whose reduction over experts is not provably "
                           "weighted by a top_k-sparse gate")
             self.misses.append({"reason": reason, "source": src, "op": e.name, "at": None,
                                 "shapes": [tuple(a.shape) for a in e.ins]})
         self._unsupported_forms(reported)
+
+    def _sum_of_choices(self, e, limit=400):
+        """Is an operand of e computed from an add whose two terms are each one-hot over the same category axis
+        but by different top-k index arrays (a per-choice sum the constraint facts cannot merge)?"""
+        prog, facts = self.prog, self.facts
+
+        def topk_cons(a):
+            return {(c.cat, c.src) for c in facts.get(a).cons
+                    if isinstance(c.cat, int) and F.is_topk_indices(c.src, prog)}
+
+        def hit(x, q):
+            if q is None or q.name not in ("add", "add_any") or len(q.ins) != 2:
+                return False
+            ca, cb = topk_cons(q.ins[0]), topk_cons(q.ins[1])
+            return any(cat == cat2 and src is not src2 for cat, src in ca for cat2, src2 in cb)
+
+        return any(upstream(prog, a, hit, limit) for a in e.ins if isinstance(a, Var))
 
     def _unsupported_forms(self, reported):
         """Routed MoE written in forms the pass does not rewrite, reported so that they are not silent: a
