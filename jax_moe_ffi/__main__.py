@@ -13,12 +13,13 @@ def main(argv=None) -> int:
                                        "HLO before/after, timing")
     demo.add_argument("--model", default="all", help="all, gshard_capacity, mixtral_dense or decoder_scan")
     demo.add_argument("--mode", default="exact", choices=["exact", "dropless"])
-    demo.add_argument("--tokens", type=int, default=512)
-    demo.add_argument("--d-model", type=int, default=256)
-    demo.add_argument("--d-ff", type=int, default=512)
-    demo.add_argument("--experts", type=int, default=16)
+    demo.add_argument("--tokens", type=int, default=None, help="default 512 (CPU), 8192 (GPU)")
+    demo.add_argument("--d-model", type=int, default=None, help="default 256 (CPU), 1024 (GPU)")
+    demo.add_argument("--d-ff", type=int, default=None, help="default 512 (CPU), 2048 (GPU)")
+    demo.add_argument("--experts", type=int, default=None, help="default 16 (CPU), 32 (GPU)")
     demo.add_argument("--top-k", type=int, default=2)
-    demo.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    demo.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                      help="auto: bfloat16 on a GPU (what the CUDA kernels take), float32 elsewhere")
     ins = sub.add_parser("inspect", help="write StableHLO and optimized HLO before/after optimize() and "
                                          "print a summary")
     ins.add_argument("target", help="a built-in example (gshard_capacity, mixtral_dense, decoder_scan) or "
