@@ -238,28 +238,11 @@ def _reshape_map(in_shape, out_shape, dimensions):
     n_out = len(out_shape)
     if dimensions is not None and tuple(dimensions) != tuple(range(len(in_shape))):
         return [("mix", {})] * n_out
-    ins_ = [a for a in range(len(in_shape)) if in_shape[a] != 1]
-    outs_ = [a for a in range(n_out) if out_shape[a] != 1]
+    groups = _reshape_groups(in_shape, out_shape)
+    if groups is None:
+        return [("mix", {})] * n_out
     m = [("new", {}) if out_shape[a] == 1 else ("mix", {}) for a in range(n_out)]
-    i = j = 0
-    while i < len(ins_) and j < len(outs_):
-        gi, gj = [ins_[i]], [outs_[j]]
-        pi, pj = in_shape[ins_[i]], out_shape[outs_[j]]
-        i += 1
-        j += 1
-        while pi != pj:
-            if pi < pj:
-                if i >= len(ins_):
-                    return [("mix", {})] * n_out
-                gi.append(ins_[i])
-                pi *= in_shape[ins_[i]]
-                i += 1
-            else:
-                if j >= len(outs_):
-                    return [("mix", {})] * n_out
-                gj.append(outs_[j])
-                pj *= out_shape[outs_[j]]
-                j += 1
+    for gi, gj in groups:
         if len(gi) == 1 and len(gj) == 1:
             m[gj[0]] = ("pt", {0: (gi[0], False)})
     return m
