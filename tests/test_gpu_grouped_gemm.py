@@ -424,3 +424,47 @@ def test_gpu_sum_dgrad_in_the_pair_backward(monkeypatch):
     assert rel(summed[0], default[0]) < 1e-2
     for x, y in zip(summed[1:], default[1:]):
         np.testing.assert_array_equal(np.asarray(x.view(jnp.uint16)), np.asarray(y.view(jnp.uint16)))
+
+
+_GRID_SCRIPT = r"""
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import jax_moe_ffi as jmf
+rng = np.random.default_rng(5)
+m, k, n, g = 9000, 520, 776, 13
+w = rng.dirichlet(np.full(g, 0.5)); w[2] = 0
+gs = np.floor(w / w.sum() * (m - 211)).astype(np.int32); gs[np.argmax(gs)] += (m - 211) - gs.sum()
+gs = jnp.asarray(gs)
+a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+b = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+d = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+f = jax.jit(lambda a, b, d: (jmf.grouped_matmul(a, b, gs), jmf.grouped_matmul(d, b, gs, transpose_rhs=True),
+                             jmf.grouped_matmul_wgrad(a, d, gs),
+                             *jmf.grouped_matmuls_shared_lhs(a, (b, b[::-1]), gs)))
+np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
+"""
+
+
+@pytest.mark.parametrize("scale", ["0.5", "3"])
+def test_grid_scale_is_bitwise_the_default_grid(scale, tmp_path):
+    """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
+    (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
+    kernel, so forward, dgrad, wgrad and the pair launch are bitwise the default grid's, zero rows and the
+    empty group included. A tile skipped or computed twice would differ."""
+    import os
+    import subprocess
+    import sys
+    outs = {}
+    for name, value in (("default", None), ("scaled", scale)):
+        env = dict(os.environ)
+        env.pop("JAX_MOE_FFI_GEMM_GRID", None)
+        if value is not None:
+            env["JAX_MOE_FFI_GEMM_GRID"] = value
+        path = tmp_path / f"{name}.npz"
+        run = subprocess.run([sys.executable, "-c", _GRID_SCRIPT, str(path)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs[name] = np.load(path)
+    for key in outs["default"].files:
+        assert np.any(outs["default"][key] != 0)
+        np.testing.assert_array_equal(outs["scaled"][key], outs["default"][key])

@@ -8,7 +8,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -275,16 +277,45 @@ struct WorkspaceCarver {
   }
 };
 
+// JAX_MOE_FFI_GEMM_GRID=<f> (read once; default 1; an A/B knob for the streams work, issue 7): scales the
+// persistent grid of every grouped GEMM. f < 1 launches fewer CTAs than co-resident slots, leaving SMs to
+// kernels on other streams (a shared expert beside the routed GEMMs). f > 1 oversubscribes: each CTA then
+// holds f times fewer tiles, so CTAs that start late (their SMs busy with another stream's kernels) delay the
+// launch's end by less. The scheduler strides tiles by the grid size, so any grid covers every tile.
+double GridScale() {
+  static const double scale = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_GEMM_GRID");
+    double f = v != nullptr ? std::atof(v) : 1.0;
+    if (!(f > 0.0 && f <= 4.0)) {
+      if (v != nullptr) std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_GEMM_GRID=%s is not in (0, 4]; using 1\n", v);
+      f = 1.0;
+    }
+    return f;
+  }();
+  return scale;
+}
+
 // The Arguments of a grouped (pointer-array) kernel with everything but the per-call arrays: the
-// device, its SM count and the co-resident cluster count (PrepareKernel).
+// device, its SM count and the co-resident cluster count (PrepareKernel), scaled by GridScale().
 template <class Kernel>
 ffi::Error GroupedArguments(const DeviceInfo& dev, typename Kernel::Arguments* args) {
   int max_active_clusters = 0;
   JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
+  int sm_count = dev.sm_count;
+  const double scale = GridScale();
+  if (scale != 1.0 && max_active_clusters > 0) {
+    // CUTLASS launches max_active_clusters clusters when that many fit in sm_count SMs (its grouped scheduler
+    // has no host problem shapes here), so both are scaled; the per-SM descriptor workspace follows sm_count.
+    using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+    const int cluster_size = cute::size(Cluster{});
+    max_active_clusters = std::max(1, static_cast<int>(max_active_clusters * scale));
+    sm_count = std::max(sm_count, max_active_clusters * cluster_size);
+    if (scale < 1.0) sm_count = max_active_clusters * cluster_size;
+  }
   *args = typename Kernel::Arguments{};
   args->mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args->hw_info.device_id = dev.device;
-  args->hw_info.sm_count = dev.sm_count;
+  args->hw_info.sm_count = sm_count;
   args->hw_info.max_active_clusters = max_active_clusters;
   return ffi::Error::Success();
 }
