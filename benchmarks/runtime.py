@@ -111,6 +111,12 @@ def main(argv=None):
     ap.add_argument("--xla-options", default="",
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
+    ap.add_argument("--command-buffer", default=None,
+                    help='xla_gpu_enable_command_buffer for every variant: "xla" keeps XLA\'s default (CUDA graphs on), '
+                         '"" turns them off; default: what runtime.xla_flags() does (off, for the stream annotations)')
+    ap.add_argument("--xla-extra", default="",
+                    help="comma-separated name=value XLA flags added to every variant (checked like the others), e.g. "
+                         "xla_gpu_command_buffer_scheduling_mode=CONCURRENT")
     ap.add_argument("--out", default="", help="result name (default runtime_<machine>)")
     ap.add_argument("--no-prevent-cse", action="store_true",
                     help="jax.checkpoint(..., prevent_cse=False) on the scanned layer (no residual barrier)")
@@ -126,7 +132,9 @@ def main(argv=None):
     options = {o: True for o in args.xla_options.split(",") if o}
     if args.isolate:
         return _isolated(args, argv if argv is not None else sys.argv[1:])
-    flags = runtime.apply_xla_flags(**options) if not args.cpu_scale else []
+    extra = dict(kv.split("=", 1) for kv in args.xla_extra.split(",") if kv)
+    flags = (runtime.apply_xla_flags(**options, command_buffer=args.command_buffer, extra=extra)
+             if not args.cpu_scale else [])
 
     import jax
 

@@ -117,6 +117,8 @@ def _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_
         flags += [("xla_gpu_enable_while_loop_double_buffering", _T)]
     if pipelined_host_offload:  # opt-in upstream: prefetch offloaded residuals one loop iteration ahead
         flags += [("xla_gpu_enable_pipelined_host_offloading", _T)]
+    if command_buffer == "xla":  # keep XLA's own command-buffer setting (CUDA graphs on by default)
+        return flags
     if command_buffer is None and multistream:
         # XLA folds an annotated start..done region whose thunks are all command-buffer compatible (our FFI
         # handlers are) into one CUDA graph on the main stream. On the H200 (JAX 0.11.2) the annotated calls
@@ -140,7 +142,7 @@ def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collecti
     with them on, the stream-annotated regions ran inside one CUDA graph on the main stream (H200, jaxlib 0.11.2).
     That has a price where nothing overlaps: the Qwen3-shaped train step (benchmarks/train_step.py) ran 2-3%
     slower with these flags than with XLA's defaults (benchmarks/NOTES.md, session 7); pass
-    ``multistream=False`` to keep XLA's own command-buffer setting.
+    ``multistream=False`` or ``command_buffer="xla"`` to keep XLA's own command-buffer setting.
     """
     table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
                         pipelined_host_offload, command_buffer)

@@ -55,6 +55,12 @@ def test_multistream_turns_command_buffers_off_unless_given():
     assert not any("command_buffer" in f for f in rt.xla_flags(multistream=False))
     given = rt.xla_flags(multistream=True, command_buffer="FUSION")
     assert [f for f in given if "command_buffer" in f] == ["--xla_gpu_enable_command_buffer=FUSION"]
+    # "xla": XLA's own setting (no flag), the stream annotation still on; extra flags still added
+    kept = rt.xla_flags(multistream=True, command_buffer="xla",
+                        extra={"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"})
+    assert not any("enable_command_buffer" in f for f in kept)
+    assert "--xla_gpu_experimental_stream_annotation=true" in kept
+    assert "--xla_gpu_command_buffer_scheduling_mode=CONCURRENT" in kept
 
 
 def test_every_flag_is_in_the_installed_jaxlib():
