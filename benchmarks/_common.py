@@ -187,6 +187,7 @@ def metadata(argv: list[str]) -> dict:
         # tile / kernel overrides in effect (JAX_MOE_FFI_GEMM_TILES etc.): a run with them is an A/B run
         "jmf_env": {k: v for k, v in sorted(os.environ.items())
                     if k.startswith("JAX_MOE_FFI_") and k != "JAX_MOE_FFI_CUDA_LIB"},
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
     }
 
 

@@ -112,8 +112,10 @@ def main(argv=None):
                     help="comma-separated runtime.xla_flags options to turn on as well, e.g. "
                          "loop_double_buffering,pipelined_host_offload")
     ap.add_argument("--command-buffer", default=None,
-                    help='xla_gpu_enable_command_buffer for every variant: "xla" keeps XLA\'s default (CUDA graphs on), '
-                         '"" turns them off; default: what runtime.xla_flags() does (off, for the stream annotations)')
+                    help='xla_gpu_enable_command_buffer for every variant: "" turns CUDA graphs off; default: '
+                         'runtime.xla_flags()\'s (XLA\'s own: on)')
+    ap.add_argument("--graph-scheduling", default="CONCURRENT",
+                    help='runtime.xla_flags(graph_scheduling=...): the command-buffer scheduling mode, "" for XLA\'s')
     ap.add_argument("--xla-extra", default="",
                     help="comma-separated name=value XLA flags added to every variant (checked like the others), e.g. "
                          "xla_gpu_command_buffer_scheduling_mode=CONCURRENT")
@@ -133,7 +135,8 @@ def main(argv=None):
     if args.isolate:
         return _isolated(args, argv if argv is not None else sys.argv[1:])
     extra = dict(kv.split("=", 1) for kv in args.xla_extra.split(",") if kv)
-    flags = (runtime.apply_xla_flags(**options, command_buffer=args.command_buffer, extra=extra)
+    flags = (runtime.apply_xla_flags(**options, command_buffer=args.command_buffer, extra=extra,
+                                     graph_scheduling=args.graph_scheduling or None)
              if not args.cpu_scale else [])
 
     import jax

@@ -223,11 +223,17 @@ def main(argv=None):
                     help="attention implementation (auto: cuDNN flash attention on GPU when it compiles)")
     ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,xla_ragged_dot,"
                                           "tokamax")
+    ap.add_argument("--xla-flags", default="xla", choices=["xla", "runtime"],
+                    help="xla: XLA's defaults; runtime: jax_moe_ffi.runtime.apply_xla_flags() first (latency-hiding "
+                         "scheduler, stream annotations, CONCURRENT scheduling inside XLA's CUDA graphs)")
     ap.add_argument("--out", default="", help="result name (default train_step_<machine>)")
     ap.add_argument("--warmup", type=int, default=100, help="AdamW learning-rate warm-up steps (to 1e-3)")
     ap.add_argument("--aux-loss", type=float, default=None,
                     help=f"load-balancing loss weight (default {Config.aux_loss}; 0 turns it off)")
     args = ap.parse_args(argv)
+    if args.xla_flags == "runtime":
+        from jax_moe_ffi import runtime
+        print("XLA flags added:", runtime.apply_xla_flags())
     cfg = TINY if args.tiny else Config()
     if args.aux_loss is not None:
         cfg = dataclasses.replace(cfg, aux_loss=args.aux_loss)

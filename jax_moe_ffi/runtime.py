@@ -102,7 +102,7 @@ _T = "true"
 
 
 def _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
-                pipelined_host_offload, command_buffer):
+                pipelined_host_offload, command_buffer, graph_scheduling):
     """(name, value) candidates; XLA defaults noted where we merely pin them."""
     flags = []
     if latency_hiding:  # default false: schedule async work (collectives, other streams) to overlap compute
@@ -117,35 +117,36 @@ def _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_
         flags += [("xla_gpu_enable_while_loop_double_buffering", _T)]
     if pipelined_host_offload:  # opt-in upstream: prefetch offloaded residuals one loop iteration ahead
         flags += [("xla_gpu_enable_pipelined_host_offloading", _T)]
-    if command_buffer == "xla":  # keep XLA's own command-buffer setting (CUDA graphs on by default)
-        return flags
-    if command_buffer is None and multistream:
-        # XLA folds an annotated start..done region whose thunks are all command-buffer compatible (our FFI
-        # handlers are) into one CUDA graph on the main stream. On the H200 (JAX 0.11.2) the annotated calls
-        # ran on stream 0 with command buffers on and on their own streams with them off
-        # (benchmarks/results/profile_streams_nocmdbuf_h200.json): so multistream turns CUDA graphs off
-        # unless command_buffer is given.
-        command_buffer = ""
-    if command_buffer is not None:  # e.g. "FUSION,CUSTOM_CALL", or "" to turn CUDA graphs off
+    if command_buffer not in (None, "xla"):  # e.g. "FUSION,CUSTOM_CALL", or "" to turn CUDA graphs off
         flags += [("xla_gpu_enable_command_buffer", command_buffer)]
+    if graph_scheduling and command_buffer != "":
+        # Concurrency inside XLA's CUDA graphs: CONCURRENT builds each graph as a DAG of its commands' buffer
+        # dependencies, so independent kernels (the optimizer's per-parameter updates, attention beside the
+        # router, a shared expert beside the routed path) may run at once (XLA's default, LHS, follows the
+        # latency-hiding schedule's order). Measured on the H200, jaxlib 0.11.2 (benchmarks/NOTES.md, session 15).
+        flags += [("xla_gpu_command_buffer_scheduling_mode", graph_scheduling)]
     return flags
 
 
 def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collective_pipelining: bool = True,
               loop_double_buffering: bool = False, pipelined_host_offload: bool = False,
-              command_buffer: str | None = None, extra: dict | None = None, strict: bool = False) -> list[str]:
+              command_buffer: str | None = None, graph_scheduling: str | None = "CONCURRENT",
+              extra: dict | None = None, strict: bool = False) -> list[str]:
     """XLA GPU flags for MoE overlap, as ``["--name=value", ...]``, each present in the installed jaxlib.
 
     A flag name missing from the installed binaries (stale for this version) is dropped with a warning, or
     raises ``ValueError`` when ``strict``. ``extra`` adds ``{name: value}`` flags, checked the same way.
-    ``multistream=True`` also turns XLA's command buffers (CUDA graphs) off unless ``command_buffer`` is given:
-    with them on, the stream-annotated regions ran inside one CUDA graph on the main stream (H200, jaxlib 0.11.2).
-    That has a price where nothing overlaps: the Qwen3-shaped train step (benchmarks/train_step.py) ran 2-3%
-    slower with these flags than with XLA's defaults (benchmarks/NOTES.md, session 7); pass
-    ``multistream=False`` or ``command_buffer="xla"`` to keep XLA's own command-buffer setting.
+    ``command_buffer``: ``None`` (or ``"xla"``) keeps XLA's command buffers (CUDA graphs, on by default);
+    ``""`` turns them off; a list such as ``"FUSION,CUSTOM_CALL"`` replaces XLA's. ``graph_scheduling``: the
+    command-buffer scheduling mode (``"CONCURRENT"``, the default here; ``None`` keeps XLA's ``LHS``).
+    Why these defaults (H200, jaxlib 0.11.2, benchmarks/NOTES.md sessions 7 and 15): with command buffers off the
+    stream-annotated regions did run on streams of their own but no step got faster, while the graphs' absence
+    cost 1.5-3% (the shared-expert model and the Qwen3 train step); CONCURRENT graph scheduling took 1.5-2.4% off
+    the Qwen3 train step (exact, dropless and FP8, three alternating pairs each; peak memory +16 MB bf16, +0.7 GB
+    FP8). XLA's ``CONCURRENT_REGIONS`` mode failed to compile the scanned model there (an XLA RET_CHECK).
     """
     table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
-                        pipelined_host_offload, command_buffer)
+                        pipelined_host_offload, command_buffer, graph_scheduling)
     table += [(k.lstrip("-"), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (extra or {}).items()]
     missing = [name for name, _ in table if not flag_available(name)]
     if missing:
