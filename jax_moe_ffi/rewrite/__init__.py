@@ -117,10 +117,10 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
       `.offload_policy` (runtime.moe_remat_policy) for `jax.checkpoint(fast, policy=...)` around it.
     streams: run the combine, and any side branch beside a site (computed from its tokens, neither feeding nor
       using a site: a shared expert), under GPU stream annotations (runtime.on_stream); XLA reads them with
-      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts, which also turns XLA's command
-      buffers off (with them on, XLA folds the annotated regions into one CUDA graph on the main stream). On
-      the H200 (jaxlib 0.11.2) the regions then ran on their own streams, with no step-time gain measured:
-      see README "Streams".
+      `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts (XLA's CUDA graphs kept, with
+      CONCURRENT scheduling inside them). On the H200 (jaxlib 0.11.2) no step-time gain from the annotations
+      was measured, with graphs on or off; the flags themselves took 1.3-2% off the Qwen3 train step: see
+      README "Streams".
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     offload = _check_opts(mode, recipe, offload, streams)
@@ -243,11 +243,11 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                   f"{', '.join(str(sum(n.name == 'dot_general' for n in b)) + ' dot(s) in ' + str(len(b)) + ' op(s)' for b in side)}) "
                   "on stream 1") if side else "; no side branch (shared expert) found"
         notes.append("streams=True: combine under a GPU stream annotation (runtime.on_stream, stream 2)" + shared
-                     + ". XLA (jaxlib 0.11.2, runtime.apply_xla_flags(), which turns command buffers off) runs them "
-                       "on their own streams; on the H200 they overlapped but no step-time gain was measured "
-                       "(benchmarks/results/runtime_h200.md, profile_streams_nocmdbuf_h200.json), and the Qwen3 "
-                       "train step ran 2-3% faster with XLA's default flags (command buffers on: the annotations "
-                       "then run on the main stream; benchmarks/NOTES.md, session 7)")
+                     + ". XLA reads them with runtime.apply_xla_flags(); on the H200 (jaxlib 0.11.2) no step-time "
+                       "gain from the annotations was measured, with CUDA graphs off (the regions ran on their own "
+                       "streams) or on (graphs scheduled CONCURRENT: the shared-expert model 87.4-88.2 ms plain, "
+                       "88.4-89.0 ms annotated); the flags themselves took 1.3-2% off the Qwen3 train step "
+                       "(benchmarks/NOTES.md, session 15)")
     return Report(function=_name(fn), mode=mode, sites=sites, misses=misses, recipe=recipe, offload=offload,
                   streams=streams, notes=notes)
 
