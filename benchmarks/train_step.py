@@ -221,8 +221,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"],
                     help="attention implementation (auto: cuDNN flash attention on GPU when it compiles)")
-    ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,xla_ragged_dot,"
-                                          "tokamax")
+    ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,ours_fp8_save,"
+                                          "xla_ragged_dot,tokamax")
     ap.add_argument("--xla-flags", default="xla", choices=["xla", "runtime"],
                     help="xla: XLA's defaults; runtime: jax_moe_ffi.runtime.apply_xla_flags() first (latency-hiding "
                          "scheduler, stream annotations, CONCURRENT scheduling inside XLA's CUDA graphs)")
@@ -256,6 +256,9 @@ def main(argv=None):
         # the same model without jax.checkpoint on its layers (every residual kept): what saving everything costs
         "ours_exact_noremat": jmf.optimize(make_loss(cfg, moe_capacity_einsum, remat=False), mode="exact"),
         "ours_fp8": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
+        # offload="device" with FP8 also keeps the weights' FP8 quantisation (runtime.FP8_WEIGHTS_NAME): the
+        # backward's recompute does not quantise the weights a second time
+        "ours_fp8_save": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise", offload="device"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
     tokamax = _common.import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None

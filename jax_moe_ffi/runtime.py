@@ -93,7 +93,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialized", "on_stream",
            "streams_supported", "tag", "hidden_name", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
-           "OFFLOAD_MODES", "offload_mode", "offload_placement", "moe_remat_policy",
+           "FP8_WEIGHTS_NAME", "OFFLOAD_MODES", "offload_mode", "offload_placement", "moe_remat_policy",
            "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
            "device_peak_bytes", "lowered_text"]
 
@@ -323,6 +323,11 @@ OFFLOAD_NAMES = ("moe_dispatched_rows", "moe_expert_hidden", "moe_expert_out")
 # expert body uses them (gate, then up, for SwiGLU experts). "moe_expert_hidden" names all of them; an indexed
 # name picks one, so that a policy can offload only as many bytes as PCIe hides behind the layer's compute.
 HIDDEN_INDICES = 16  # indexed names; an expert body with more GEMMs tags the rest with the family name
+# grouped_matmul(recipe="blockwise") tags its weight quantisation (both kernel orientations) with this name: saved
+# by a policy, the backward of a rematerialised layer does not quantise the weights again. Not in OFFLOAD_NAMES
+# (whose members the offload helpers send to the host by default): it is saved on the device by
+# optimize(offload="device"), or placed like any tag by optimize(offload={"moe_fp8_weights": ...}).
+FP8_WEIGHTS_NAME = "moe_fp8_weights"
 
 
 def _full(name: str) -> str:
@@ -356,7 +361,7 @@ def _names(names) -> list[str]:
 
 def _known_tag(name) -> bool:
     """A name optimize(offload={...}) accepts: one of OFFLOAD_NAMES or an indexed expert GEMM output."""
-    if name in OFFLOAD_NAMES:
+    if name in OFFLOAD_NAMES or name == FP8_WEIGHTS_NAME:
         return True
     fam, _, idx = str(name).partition(".")
     return fam == "moe_expert_hidden" and idx.isdigit() and int(idx) < HIDDEN_INDICES and str(int(idx)) == idx
@@ -395,7 +400,7 @@ def _policy(offloaded: list[str], saved: list[str], others: str):
 # memory; "device" keeps the dispatched rows and every expert GEMM output on the device, so the backward
 # recomputes none of the expert GEMMs (only elementwise work and the router), at the cost of that memory.
 OFFLOAD_MODES = {"pinned_host": ("moe_dispatched_rows", "moe_expert_out"),
-                 "device": ("moe_dispatched_rows", "moe_expert_hidden")}
+                 "device": ("moe_dispatched_rows", "moe_expert_hidden", FP8_WEIGHTS_NAME)}
 
 
 def _space(v, where):
@@ -418,7 +423,8 @@ def offload_mode(offload):
         bad = sorted(n for n in items if not _known_tag(n))
         if bad or not items:
             raise ValueError(f"optimize: offload mapping keys must be tag names from {OFFLOAD_NAMES} (or "
-                             f"'moe_expert_hidden.<i>', i < {HIDDEN_INDICES}: the i-th expert GEMM output), got "
+                             f"'moe_expert_hidden.<i>', i < {HIDDEN_INDICES}: the i-th expert GEMM output, or "
+                             f"{FP8_WEIGHTS_NAME!r}: the FP8 weight quantisation), got "
                              f"{sorted(items) if items else 'an empty mapping'}")
         return tuple(sorted((n, _space(v, f"[{n!r}]")) for n, v in items.items()))
     return _space(offload, "")

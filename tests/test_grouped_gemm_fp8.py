@@ -354,3 +354,64 @@ def test_gpu_fallback_warning_only_where_the_fallback_would_run(monkeypatch):
     f32_fn = lambda a, w: jmf.grouped_matmul(a.astype(jnp.float32), w.astype(jnp.float32), sizes)
     msgs = _fallback_warnings(monkeypatch, f32_fn, a, w)
     assert len(msgs) == 1 and "float32" in msgs[0]
+
+
+def test_saved_fp8_weights_are_not_quantised_again_in_the_backward():
+    """grouped_matmul(recipe="blockwise") tags its weight quantisation "moe_fp8_weights": under a scanned
+    jax.checkpoint whose policy saves that name, the gradient program quantises each weight once (the forward's),
+    not a second time in the recompute; gradients are unchanged (the same FP8 operands either way)."""
+    from jax_moe_ffi import runtime as rt
+    from jax_moe_ffi.ops.quantize import TILES_T_TARGET
+    a, w, gs = random_case(23, 96, 128, 256, 3)
+    ws = jnp.stack([w, w * 0.5])
+
+    def layer(h, wl):
+        y = jmf.grouped_matmul(h, wl, gs, recipe="blockwise").astype(jnp.float32)
+        return jnp.tanh(y[:, :128]).astype(h.dtype), None
+
+    def loss(policy):
+        body = jax.checkpoint(layer, policy=policy) if policy else jax.checkpoint(layer)
+        return lambda a, ws: jnp.sum(jax.lax.scan(body, a, ws)[0].astype(jnp.float32))
+
+    def tile_quantisations(f):
+        jaxpr = str(jax.make_jaxpr(jax.grad(f, (0, 1)))(a, ws))
+        return jaxpr.count(TILES_T_TARGET)
+
+    save = rt.moe_remat_policy({rt.FP8_WEIGHTS_NAME: "device"})
+    recompute, saved = tile_quantisations(loss(None)), tile_quantisations(loss(save))
+    assert saved >= 1 and recompute > saved, (recompute, saved)
+    g0 = jax.jit(jax.grad(loss(None), (0, 1)))(a, ws)
+    assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in g0)
+    # everything_saveable too: jax.checkpoint passes saved float residuals through reduce_precision with
+    # float8_e4m3fn's (4, 3) bits, which turned codes >= 256 into NaN before the codes were carried as uint8
+    for policy in (save, jax.checkpoint_policies.everything_saveable):
+        g1 = jax.jit(jax.grad(loss(policy), (0, 1)))(a, ws)
+        for x, y in zip(g0, g1):
+            np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+    assert rt.offload_placement("device")[rt.FP8_WEIGHTS_NAME] == "device"
+
+
+def test_pass_offload_device_keeps_the_fp8_weights():
+    """optimize(recipe="blockwise", offload="device") on a scanned, rematerialised decoder: the model's own
+    jax.checkpoint keeps the FP8 weight quantisation (runtime.FP8_WEIGHTS_NAME is in the "device" mode), so the
+    gradient program has fewer weight quantisations than with offload=None, and the same loss and gradients."""
+    from jax_moe_ffi import runtime as rt
+    from jax_moe_ffi.ops.quantize import TILES_T_TARGET
+    d, f, e, k, layers = 128, 256, 4, 2, 2
+    keys = jax.random.split(jax.random.PRNGKey(3), layers + 1)
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[models.init_moe_params(kk, d, f, e, jnp.float32)
+                                                      for kk in keys[:-1]])
+    x = jax.random.normal(keys[-1], (64, d), jnp.float32)
+    loss = lambda ps, x: jnp.sum(models.moe_decoder(ps, x, k) ** 2)
+    counts, grads = {}, {}
+    for off in (None, "device"):
+        fast = jmf.optimize(loss, mode="dropless", recipe="blockwise", offload=off)
+        g = jax.grad(fast, (0, 1))
+        counts[off] = str(jax.make_jaxpr(g)(stacked, x)).count(TILES_T_TARGET)
+        grads[off] = jax.jit(g)(stacked, x)
+    assert "moe_fp8_weights" in rt.offload_placement("device")
+    assert 1 <= counts["device"] < counts[None], counts
+    # saved and recomputed values may round differently in float32 (XLA fuses the two programs differently)
+    for a, b in zip(jax.tree.leaves(grads[None]), jax.tree.leaves(grads["device"])):
+        assert bool(jnp.all(jnp.isfinite(b)))
+        assert float(jnp.linalg.norm(a - b) / jnp.linalg.norm(a)) < 1e-4

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax_moe_ffi import _registry
 from jax_moe_ffi.ops import _common as c
 from jax_moe_ffi.ops import grouped_gemm as gg
-from jax_moe_ffi.ops.quantize import _tiles_t, dequantize, quantize
+from jax_moe_ffi.ops.quantize import _tiles_t_call, dequantize, quantize
 
 FP8_TARGET = "jax_moe_ffi_grouped_gemm_fp8"
 RECIPES = ("blockwise", "mxfp8")
@@ -91,48 +91,60 @@ def _quant_rows(x, fmt):
     return q.data, q.scale
 
 
-def _quant_weight(w):
-    q = quantize(w, "blockwise", block=(BLOCK, BLOCK))  # tiles over the last two axes
-    return q.data, q.scale
+def _weight_quant(rhs, transpose_rhs: bool):
+    """((data, scale) for the forward, (data, scale) for the dgrad) of rhs [G,K,N] ([G,N,K] with transpose_rhs),
+    each data [G, N', K'] with scale [G, K'/128, N'/128], from one 128 x 128 quantisation pass. FP8 wgmma reads
+    both operands K-major: the forward needs [G,N,K], the dgrad [G,K,N], so one of the two is the stored layout
+    transposed; the tile kernel writes that copy itself (quantize_tiles_transposed) instead of leaving XLA a
+    transpose over the FP8 codes.
 
+    Made outside the custom_vjp, from stop_gradient(rhs) (the weight gradient is the bf16 wgrad of lhs and
+    dout, not a derivative through the quantiser), and tagged "moe_fp8_weights" (runtime.FP8_WEIGHTS_NAME): a
+    jax.checkpoint policy that saves the tag (optimize(offload="device"), or {"moe_fp8_weights": "device"})
+    keeps both for the backward instead of quantising the weights again in the recompute; inside the custom_vjp
+    they would be invisible to the policy. Both orientations are written even when nothing is differentiated.
 
-def _weight_operands(w, transpose_rhs: bool, for_grad: bool):
-    """The (data [G, N', K'], scale [G, K'/128, N'/128]) pairs the kernel wants of the weight for the forward
-    and (when `for_grad`) for the dgrad, from one 128 x 128 quantisation of rhs [G,K,N] ([G,N,K] with
-    transpose_rhs). FP8 wgmma reads both operands K-major: the forward needs [G,N,K], the dgrad [G,K,N], so
-    one of the two is the stored layout transposed. The tile kernel writes that transposed copy itself
-    (quantize_tiles_transposed) instead of leaving XLA a transpose over the FP8 codes."""
-    if transpose_rhs and not for_grad:  # the forward's layout is the stored one: no transpose at all
-        wd, ws = _quant_weight(w)
-        return (wd, jnp.swapaxes(ws, 1, 2)), None
-    wd, wt, ws = _tiles_t(w, "e4m3", False, for_grad)  # ws: tiles of w as stored
+    The codes travel as uint8 (a bitcast, no data moved) until inside the custom_vjp: jax.checkpoint passes
+    every saved floating-point residual through reduce_precision(exponent_bits=finfo.nexp,
+    mantissa_bits=finfo.nmant) (jax/_src/ad_checkpoint.py, _insert_reduce_precision), which for float8_e4m3fn
+    (4, 3) treats the top exponent as infinity: every code >= 256 came back as NaN (jax 0.10.2, CPU), whether
+    a policy saved the tag or everything. Integers are left alone. The tile kernel is called without
+    quantize's custom_jvp, which only refuses differentiation: the input here is stop_gradient's."""
+    from jax_moe_ffi import runtime
+    wd, wt, ws = _tiles_t_call(jax.lax.stop_gradient(rhs), "e4m3", False, True)  # ws: tiles of rhs as stored
     if transpose_rhs:  # stored [G,N,K] (scale [G,NB,KB]): forward as stored, dgrad transposed [G,K,N]
-        return (wd, jnp.swapaxes(ws, 1, 2)), (wt, ws)
-    # stored [G,K,N] (scale [G,KB,NB]): forward transposed [G,N,K], dgrad as stored
-    return (wt, ws), ((wd, jnp.swapaxes(ws, 1, 2)) if for_grad else None)
+        ops = (wd, jnp.swapaxes(ws, 1, 2)), (wt, ws)
+    else:  # stored [G,K,N] (scale [G,KB,NB]): forward transposed [G,N,K], dgrad as stored
+        ops = (wt, ws), (wd, jnp.swapaxes(ws, 1, 2))
+    bits = lambda d: jax.lax.bitcast_convert_type(d, jnp.uint8)
+    return runtime.tag(tuple((bits(d), sc) for d, sc in ops), runtime.FP8_WEIGHTS_NAME)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _gmm_blockwise(lhs, rhs, group_sizes, transpose_rhs, out_dtype, grad_fmt):
+def _e4m3(u):
+    """The FP8 codes of _weight_quant's uint8 carrier."""
+    return jax.lax.bitcast_convert_type(u, jnp.float8_e4m3fn)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt):
+    del rhs  # only its gradient is computed here; wq holds its quantisation
     ad, asc = _quant_rows(lhs, "e4m3")
-    (bt, sb), _ = _weight_operands(rhs, transpose_rhs, for_grad=False)
-    return _fp8_call(ad, asc, bt, sb, group_sizes).astype(out_dtype)
+    (bt, sb), _ = wq
+    return _fp8_call(ad, asc, _e4m3(bt), sb, group_sizes).astype(out_dtype)
 
 
-def _blockwise_fwd(lhs, rhs, group_sizes, transpose_rhs, out_dtype, grad_fmt):
-    ad, asc = _quant_rows(lhs, "e4m3")
-    (bt, sb), dgrad_operand = _weight_operands(rhs, transpose_rhs, for_grad=True)
-    out = _fp8_call(ad, asc, bt, sb, group_sizes).astype(out_dtype)
-    return out, (lhs, dgrad_operand, group_sizes)
+def _blockwise_fwd(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt):
+    out = _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt)
+    return out, (lhs, wq[1], group_sizes)
 
 
 def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, res, dout):
     lhs, (bt, sb), group_sizes = res
     dd, dsc = _quant_rows(dout, grad_fmt)
-    dlhs = _fp8_call(dd, dsc, bt, sb, group_sizes).astype(lhs.dtype)
+    dlhs = _fp8_call(dd, dsc, _e4m3(bt), sb, group_sizes).astype(lhs.dtype)
     d = dout.astype(lhs.dtype)
     drhs = gg._wgrad(d, lhs, group_sizes, lhs.dtype) if transpose_rhs else gg._wgrad(lhs, d, group_sizes, lhs.dtype)
-    return dlhs, drhs, c.float0_zeros(group_sizes)
+    return dlhs, drhs, None, c.float0_zeros(group_sizes)  # None: wq (made from stop_gradient(rhs)) has no cotangent
 
 
 _gmm_blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
@@ -166,7 +178,8 @@ def grouped_matmul_fp8(lhs, rhs, group_sizes, *, recipe: str, out_dtype, transpo
     if grad_dtype not in GRAD_DTYPES:
         raise ValueError(f"grouped_matmul: `fp8_grad_dtype` must be one of {GRAD_DTYPES}, got {grad_dtype!r}")
     if recipe == "blockwise":
-        return _gmm_blockwise(lhs, rhs, group_sizes, bool(transpose_rhs), jnp.dtype(out_dtype), grad_dtype)
+        return _gmm_blockwise(lhs, rhs, _weight_quant(rhs, bool(transpose_rhs)), group_sizes, bool(transpose_rhs),
+                              jnp.dtype(out_dtype), grad_dtype)
     half = jnp.bfloat16 if lhs.dtype == jnp.float32 else lhs.dtype
     a = _mx_operand(lhs.astype(half), 1)
     b = _mx_operand(rhs.astype(half), 2 if transpose_rhs else 1)  # blocks along K
