@@ -236,14 +236,29 @@ def test_flaxformer_masked_routing_rewritten_exactly(gs, e, k, cf, offset, vmap_
     """The priority is -1 (int or float) at the experts a token did not choose, so one_hot(priority) is sparse
     over experts though no one-hot of the expert ids reaches it directly; the ids are merged to [G, K*S] and
     split back; the experts may run on [E, G*C, D]. Rewritten, exact with drops, gradients included.
-    (Not covered: G = 1 or capacity C = 1 with the [E, G*C, D] reshape, which drops the size-1 axis; a near-miss.)"""
+    (Not covered: capacity C = 1 with the [E, G*C, D] reshape, a near-miss; G = 1 is, since session 15.)"""
     g, s = gs
-    assume(not (vmap_experts and (g == 1 or max(1, int(round(k * s * cf / e))) == 1)))
+    assume(not (vmap_experts and max(1, int(round(k * s * cf / e))) == 1))
     rng = np.random.default_rng(seed)
     d, f = 8, 12
     params = _flaxformer_params(rng, d, f, e)
     x = jnp.asarray(rng.standard_normal(gs + (d,)), jnp.float32)
     naive = lambda p, x: _flaxformer_style_layer(p, x, k, cf, offset, vmap_experts)
+    report = jax_moe_ffi.explain(naive, params, x)
+    assert len(report.sites) == 1 and report.sites[0].k == k, report
+    opt = jax_moe_ffi.optimize(naive, mode="exact")
+    assert "jax_moe_ffi_grouped_gemm" in str(jax.make_jaxpr(opt)(params, x))
+    _assert_same_fn(naive, opt, params, x)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_flaxformer_one_group_on_the_merged_expert_input(k):
+    """G = 1 with the experts on [E, G*C, D]: the reshape drops the size-1 group axis, so one use of the
+    dispatch mask labels it and the other cannot (match._merge_unit_labels); rewritten, exact with drops."""
+    rng = np.random.default_rng()
+    params = _flaxformer_params(rng, 8, 12, 4)
+    x = jnp.asarray(rng.standard_normal((1, 14, 8)), jnp.float32)
+    naive = lambda p, x: _flaxformer_style_layer(p, x, k, 0.75, 1, True)
     report = jax_moe_ffi.explain(naive, params, x)
     assert len(report.sites) == 1 and report.sites[0].k == k, report
     opt = jax_moe_ffi.optimize(naive, mode="exact")

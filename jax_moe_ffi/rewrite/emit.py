@@ -44,6 +44,10 @@ def _ops():
         return None
 
 
+def _no_units(shape):
+    return tuple(n for n in shape if n != 1)
+
+
 class Routing:
     def __init__(self, row_pair, group_sizes, pos, k, native=None):
         self.row_pair = row_pair
@@ -216,7 +220,12 @@ class RowEval:
 
     def full(self, x, v):
         shp = self.out_shape(v)
-        return x if tuple(x.shape) == shp else jnp.broadcast_to(x, shp)
+        if tuple(x.shape) == shp:
+            return x
+        if x.ndim != len(shp) and x.ndim and _no_units(x.shape[1:]) == _no_units(shp[1:]):
+            # a size-1 axis labeled on one side and not on the other (match._merge_unit_labels): no data moves
+            x = x.reshape((x.shape[0],) + tuple(shp[1:]))
+        return jnp.broadcast_to(x, shp)
 
     def scalar(self, a):
         return _lit_value(a) if isinstance(a, Lit) else self.read(a)
