@@ -143,35 +143,6 @@ def _merge_unit_labels(a, b, shape):
     return tuple(out)
 
 
-def _with_unit_axes(groups, in_shape, out_shape, olab):
-    """F._reshape_groups leaves size-1 axes out. A labeled size-1 output axis (flaxformer's [E, G*C, D] with
-    G = 1 or C = 1: the group or slot axis has size 1) joins the group of its nearest non-size-1 neighbour, and
-    so do the operand's size-1 axes next to a group's axes, so that the label is carried as a size-1 part of a
-    merged label (a size-1 axis moves no data: its coordinate is 0)."""
-    groups = [(list(gi), list(gj)) for gi, gj in groups]
-    if not groups:
-        return groups
-
-    def nearest(axes_of, a):
-        # the group holding the closest axis after a (before a if none is after it)
-        after = [k for k, g in enumerate(groups) if min(axes_of(g)) > a]
-        return min(after, key=lambda k: min(axes_of(groups[k]))) if after else \
-            max(range(len(groups)), key=lambda k: max(axes_of(groups[k])))
-
-    for a in range(len(out_shape)):
-        if out_shape[a] == 1 and olab[a] is not None and not any(a in gj for _, gj in groups):
-            k = nearest(lambda g: g[1], a)
-            groups[k][1].append(a)
-            groups[k][1].sort()
-            # the operand's size-1 axes next to this group's operand axes come with it (the merge direction)
-            for b in range(len(in_shape)):
-                if in_shape[b] == 1 and not any(b in gi for gi, _ in groups) and \
-                        (b + 1 in groups[k][0] or b - 1 in groups[k][0]):
-                    groups[k][0].append(b)
-                    groups[k][0].sort()
-    return [(gi, gj) for gi, gj in groups]
-
-
 # ------------------------------------------------------------------------------------------------
 class Analyzer:
     def __init__(self, prog, facts, mode="exact"):
@@ -527,7 +498,6 @@ class Analyzer:
             F._reshape_groups(tuple(x.shape), tuple(out.shape))
         if groups is None:
             raise Miss("`reshape` mixes positions along a token/expert axis", e)
-        groups = _with_unit_axes(groups, tuple(x.shape), tuple(out.shape), olab)
         res = [None] * x.ndim
         covered = set()
         for gi, gj in groups:
@@ -543,10 +513,6 @@ class Analyzer:
                 res[gi[0]] = (("M", tuple((L[0], out.shape[a]) for L, a in zip(labs, gj))), False)
             elif len(gj) == 1:  # merge: a merged label whose parts are the operand's axes
                 parts = merged_parts(labs[0][0])
-                if parts is not None and [n for _, n in parts] != [x.shape[a] for a in gi]:
-                    # a size-1 part with no size-1 operand axis beside gi (or the reverse): coordinate 0 always
-                    parts = tuple(p for p in parts if p[1] != 1)
-                    gi = [a for a in gi if x.shape[a] != 1]
                 if parts is None or [n for _, n in parts] != [x.shape[a] for a in gi]:
                     raise Miss("`reshape` mixes positions along a token/expert axis", e)
                 for a, (kind, _) in zip(gi, parts):
