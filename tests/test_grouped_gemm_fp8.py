@@ -411,6 +411,10 @@ def test_pass_offload_device_keeps_the_fp8_weights():
         grads[off] = jax.jit(g)(stacked, x)
     assert "moe_fp8_weights" in rt.offload_placement("device")
     assert 1 <= counts["device"] < counts[None], counts
+    notes = {off: " ".join(jmf.explain(loss, stacked, x, mode="dropless", recipe="blockwise", offload=off).notes)
+             for off in (None, "device")}
+    assert "moe_fp8_weights) is recomputed in the backward" in notes[None]
+    assert "moe_fp8_weights) is saved for the backward" in notes["device"]
     # saved and recomputed values may round differently in float32 (XLA fuses the two programs differently)
     for a, b in zip(jax.tree.leaves(grads[None]), jax.tree.leaves(grads["device"])):
         assert bool(jnp.all(jnp.isfinite(b)))

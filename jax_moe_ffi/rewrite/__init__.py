@@ -210,6 +210,16 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                      + ("(E4M3, 1x128 activation / 128x128 weight float32 scales; CUDA FP8 kernel, bf16 wgrad)"
                         if recipe == "blockwise" else "(MXFP8, 1x32 E8M0 scales; multiplied in bf16 on Hopper)")
                      + "; values differ from the model by FP8 rounding")
+    remats_with_sites = [p for p in plan.all_plans()
+                         if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
+    if recipe == "blockwise" and remats_with_sites:
+        from jax_moe_ffi import runtime
+        kept = offload is not None and runtime.offload_placement(offload).get(runtime.FP8_WEIGHTS_NAME) == "device"
+        notes.append("recipe='blockwise' inside jax.checkpoint: the weights' FP8 quantisation ("
+                     + runtime.PREFIX + runtime.FP8_WEIGHTS_NAME + ") is "
+                     + ("saved for the backward" if kept else
+                        "recomputed in the backward (offload='device', or {'moe_fp8_weights': 'device'}, keeps it: "
+                        "one more copy of the expert weights' bytes, no second quantisation)"))
     if offload is not None:
         from jax_moe_ffi import runtime
         place = runtime.offload_placement(offload)
@@ -218,7 +228,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                                                       if offload == "device" else "")}
         what = "; ".join(", ".join(runtime.PREFIX + n for n in sorted(place) if place[n] == sp) + " are " + what_of[sp]
                          for sp in ("pinned_host", "device") if sp in place.values())
-        remats = [p for p in plan.all_plans() if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
+        remats = remats_with_sites
         where = (f"in the {len(remats)} jax.checkpoint region(s) of the function that hold a site, on top of "
                  "each region's own policy" if remats else
                  "no jax.checkpoint region of the function holds a site: wrap the layer in "
