@@ -141,9 +141,9 @@ def xla_flags(*, latency_hiding: bool = True, multistream: bool = True, collecti
     command-buffer scheduling mode (``"CONCURRENT"``, the default here; ``None`` keeps XLA's ``LHS``).
     Why these defaults (H200, jaxlib 0.11.2, benchmarks/NOTES.md sessions 7 and 15): with command buffers off the
     stream-annotated regions did run on streams of their own but no step got faster, while the graphs' absence
-    cost 1.5-3% (the shared-expert model and the Qwen3 train step); CONCURRENT graph scheduling took 1.5-2.4% off
-    the Qwen3 train step (exact, dropless and FP8, two or three alternating pairs each; peak memory +16-48 MB
-    bf16, +0.7 GB FP8). XLA's ``CONCURRENT_REGIONS`` mode failed to compile the scanned model there (an XLA RET_CHECK).
+    cost 1-3% (the shared-expert model, session 15 call 3; the Qwen3 train step, session 7); CONCURRENT graph
+    scheduling took 1.5-2.4% off the Qwen3 train step (exact, dropless and FP8, two or three alternating pairs
+    each; peak memory +16-48 MB bf16, +0.7 GB FP8). XLA's ``CONCURRENT_REGIONS`` mode failed to compile the scanned model there (an XLA RET_CHECK).
     """
     table = _flag_table(latency_hiding, multistream, collective_pipelining, loop_double_buffering,
                         pipelined_host_offload, command_buffer, graph_scheduling)

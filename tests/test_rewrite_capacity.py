@@ -346,3 +346,17 @@ def test_two_argmax_top2_is_a_near_miss_with_its_reason():
         opt = jax_moe_ffi.optimize(layer)
         out = opt(params, x)
     assert _rel(out, layer(params, x)) <= 1e-6
+
+
+def test_unit_label_merge_only_for_token_coordinates():
+    """match._merge_unit_labels: a size-1 axis left unlabeled by one use takes the other use's token label
+    (its coordinate has one value); an expert or slot label on a size-1 axis (a loop site's w[e] slice) or two
+    different labels stay a conflict (None), and so does a missing label on an axis longer than 1."""
+    from jax_moe_ffi.rewrite.match import _merge_unit_labels
+    t0, e_, c_ = (("T", 0), False), ("E", False), ("C", False)
+    assert _merge_unit_labels((None, e_), (t0, e_), (1, 4)) == (t0, e_)
+    assert _merge_unit_labels((t0, e_), (None, e_), (1, 4)) == (t0, e_)
+    assert _merge_unit_labels((None, e_), (t0, e_), (3, 4)) is None
+    assert _merge_unit_labels((None, None), (e_, None), (1, 4)) is None
+    assert _merge_unit_labels((None, None), (c_, None), (1, 4)) is None
+    assert _merge_unit_labels(((("T", 1), False), e_), (t0, e_), (1, 4)) is None

@@ -128,16 +128,19 @@ def _shift_c(L, s):
 
 def _merge_unit_labels(a, b, shape):
     """Two uses' labels of one value, merged where they differ only on size-1 axes that one use leaves
-    unlabeled (a reshape that drops or adds a size-1 axis carries no label for it; its coordinate is 0 either
-    way, e.g. flaxformer's [E, G*C, D] with G = 1); None where they conflict."""
+    unlabeled and the other labels with a token coordinate (a reshape that drops or adds a size-1 axis
+    carries no label for it, e.g. flaxformer's [E, G*C, D] with G = 1). Only token coordinates: a token axis
+    of size 1 means that coordinate has one value, 0, so the two readings agree. A size-1 expert axis (a
+    loop site's w[e] slice) or slot axis is not merged: its coordinate can take other values. None where
+    they conflict."""
     if len(a) != len(b):
         return None
     out = []
     for x, y, n in zip(a, b, shape):
         if x == y:
             out.append(x)
-        elif n == 1 and (x is None or y is None):
-            out.append(x if x is not None else y)
+        elif n == 1 and (x is None) != (y is None) and _is_t((x or y)[0]) and not (x or y)[1]:
+            out.append(x or y)
         else:
             return None
     return tuple(out)
