@@ -8,8 +8,10 @@
 Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png} (grouped_gemm_fp8_<machine> with --recipe).
 With --recipe blockwise the rows are: `ours` (bf16), `ours_fp8` (the FP8 kernel on operands quantised
 beforehand: the GEMM alone), `ours_fp8_with_quant` (grouped_matmul(recipe="blockwise") from bf16 operands:
-quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing), `dense_fp8` (XLA's dense FP8
-matmul of equal FLOPs) and the same anchors as the bf16 run.
+quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing; its weight gradient is FP8 too),
+`ours_fp8_bf16_wgrad` (fwd_bwd: the same with a bf16 weight gradient), `dense_fp8` (XLA's dense FP8 matmul of
+equal FLOPs) and the same anchors as the bf16 run. `--passes wgrad` times the weight gradient alone (`ours` bf16,
+`ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation).
 """
 from __future__ import annotations
 
@@ -39,6 +41,23 @@ def impls(tokamax, dtype, recipe=None):
                                                             implementation="mosaic")
     if recipe:
         out["ours_fp8_with_quant"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe)
+        # fwd_bwd only: the same with the weight gradient in bf16 (the A/B of the FP8 wgrad)
+        out["ours_fp8_bf16_wgrad"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe, fp8_wgrad=False)
+    return out
+
+
+def wgrad_rows(lhs, cot, sizes, recipe):
+    """pass "wgrad" (the weight gradient alone, out[g] = lhs_g^T cot_g): {impl: (fn, args)}. ours: the bf16
+    kernel; with a recipe, ours_fp8 (the FP8 wgrad kernel on operands quantised beforehand) and
+    ours_fp8_with_quant (both operands' per-group transposed quantisation inside the timing)."""
+    out = {"ours": (jax.jit(jmf.grouped_matmul_wgrad), (lhs, cot, sizes))}
+    if recipe:
+        from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+        from jax_moe_ffi.ops.quantize import quantize_groups_transposed
+        at, sat, plan = jax.block_until_ready(quantize_groups_transposed(lhs, sizes))
+        bt, sbt, _ = jax.block_until_ready(quantize_groups_transposed(cot, sizes))
+        out["ours_fp8"] = (jax.jit(fp8._fp8_wgrad_call), (at, sat, bt, sbt, plan))
+        out["ours_fp8_with_quant"] = (jax.jit(lambda a, b, s: fp8._wgrad_fp8(a, b, s, "e4m3")), (lhs, cot, sizes))
     return out
 
 
@@ -110,6 +129,16 @@ def main(argv=None):
         for kind in args.groups.split(","):
             sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
             for p in args.passes.split(","):
+                if p == "wgrad":
+                    for name, (fn, a) in wgrad_rows(lhs, cot, sizes, recipe).items():
+                        if name in args.skip.split(","):
+                            continue
+                        ms = _common.time_ms(fn, *a)
+                        rows.append({"case": case["name"], "impl": name, "pass": p, "groups": kind, "ms": ms,
+                                     "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
+                        print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms "
+                              f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
+                    continue
                 if recipe and p == "fwd" and "ours_fp8" not in args.skip.split(","):
                     fn, a = fp8_kernel_only(lhs, rhs, sizes)
                     ms = _common.time_ms(fn, *a)
@@ -119,6 +148,8 @@ def main(argv=None):
                           f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
                 for name, f in fns.items():
                     if name in ("xla_ragged_dot", "tokamax") and kind not in args.anchor_groups.split(","):
+                        continue
+                    if name == "ours_fp8_bf16_wgrad" and p == "fwd":  # the forward is ours_fp8_with_quant's
                         continue
                     fn = jax.jit(f) if p == "fwd" else jax.jit(fwd_bwd(f))
                     a = (lhs, rhs, sizes) if p == "fwd" else (lhs, rhs, sizes, cot)
@@ -186,7 +217,7 @@ def summarize(rows):
     """Same-run ratios against the targets of the GPU grouped GEMM issue."""
     by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
     for (case, impl, p, kind), r in by.items():
-        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant"):
+        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant", "ours_fp8_bf16_wgrad"):
             continue
         parts = []
         if impl != "ours" and (case, "ours", p, kind) in by:

@@ -20,6 +20,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiCombineBwdCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeMxfp8Cpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeTilesTransposedCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiQuantizeGroupsTransposedCpu);
 // cpu/topk.cc
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxMoeFfiTopKCpu);
 
@@ -42,6 +43,7 @@ nb::dict targets() {
   d["jax_moe_ffi_quantize_mxfp8"] = encapsulate(JaxMoeFfiQuantizeMxfp8Cpu);
   d["jax_moe_ffi_quantize_blockwise"] = encapsulate(JaxMoeFfiQuantizeBlockwiseCpu);
   d["jax_moe_ffi_quantize_tiles_t"] = encapsulate(JaxMoeFfiQuantizeTilesTransposedCpu);
+  d["jax_moe_ffi_quantize_groups_t"] = encapsulate(JaxMoeFfiQuantizeGroupsTransposedCpu);
   d["jax_moe_ffi_top_k"] = encapsulate(JaxMoeFfiTopKCpu);
   return d;
 }

@@ -23,6 +23,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_grouped_gemm_wgrad_pair": "JaxMoeFfiGroupedGemmWgradPairCuda",
     "jax_moe_ffi_grouped_gemm_sum": "JaxMoeFfiGroupedGemmSumCuda",
     "jax_moe_ffi_grouped_gemm_fp8": "JaxMoeFfiGroupedGemmFp8Cuda",
+    "jax_moe_ffi_grouped_gemm_fp8_wgrad": "JaxMoeFfiGroupedGemmFp8WgradCuda",
     "jax_moe_ffi_dispatch_plan": "JaxMoeFfiDispatchPlanCuda",
     "jax_moe_ffi_dispatch": "JaxMoeFfiDispatchCuda",
     "jax_moe_ffi_combine": "JaxMoeFfiCombineCuda",
@@ -30,6 +31,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_quantize_mxfp8": "JaxMoeFfiQuantizeMxfp8Cuda",
     "jax_moe_ffi_quantize_blockwise": "JaxMoeFfiQuantizeBlockwiseCuda",
     "jax_moe_ffi_quantize_tiles_t": "JaxMoeFfiQuantizeTilesTransposedCuda",
+    "jax_moe_ffi_quantize_groups_t": "JaxMoeFfiQuantizeGroupsTransposedCuda",
     "jax_moe_ffi_top_k": "JaxMoeFfiTopKCuda",
 }
 

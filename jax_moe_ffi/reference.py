@@ -256,3 +256,27 @@ def quantize_reference(x, recipe: str, *, axis: int = -1, dtype="e4m3", block=No
     if moved:
         data, scale = jnp.moveaxis(data, -1, ax), jnp.moveaxis(scale, -1, ax)
     return qz.QuantizedArray(data=data, scale=scale, recipe=recipe, axis=ax, block=blk)
+
+
+def quantize_groups_transposed_reference(x, group_sizes, fmt: str = "e4m3"):
+    """The FP8 weight gradient's operand layout (ops.quantize.quantize_groups_transposed): x [M, C] with each
+    group's rows padded to whole 128-row blocks, transposed to [C, P] (P = 128 * (ceil(M/128) + G)) and
+    quantised in 1 x 128 blocks along P (blockwise, float32 scales). Returns (data_t [C, P], scale [P/128, C],
+    plan [2, G+1] int32: clipped row offsets, block offsets). Padding and unused blocks are +0 codes (scale 1)."""
+    m, c = x.shape
+    g = group_sizes.shape[0]
+    p = 128 * (-(-m // 128) + g)
+    begin, end = clipped_group_bounds(group_sizes, m)
+    blocks = (end - begin + 127) // 128
+    zero = jnp.zeros((1,), jnp.int32)
+    block_off = jnp.concatenate([zero, jnp.cumsum(blocks).astype(jnp.int32)])
+    row_off = jnp.concatenate([zero, end.astype(jnp.int32)])
+    pos = jnp.arange(p, dtype=jnp.int32)
+    blk = pos // 128
+    gid = jnp.clip(jnp.searchsorted(block_off[1:], blk, side="right"), 0, max(g - 1, 0))
+    src = row_off[gid] + pos - 128 * block_off[gid]
+    valid = (blk < block_off[g]) & (src < row_off[gid + 1]) if g else jnp.zeros((p,), bool)
+    xp = jnp.where(valid[:, None], x[jnp.clip(src, 0, max(m - 1, 0))] if m else jnp.zeros((p, c), x.dtype), 0)
+    data, scale = quantize_blockwise_last_axis_reference(xp.T.astype(x.dtype), fmt)
+    data = jnp.where(valid[None, :], data, jnp.zeros((), data.dtype))  # padding stays +0 in a NaN block
+    return data, scale.T, jnp.stack([row_off, block_off])

@@ -382,6 +382,57 @@ ffi::Error QuantizeTilesTransposedCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuff
   return ffi::Error::Success();
 }
 
+// The FP8 weight gradient's operands (common/quantize_shapes.h, quantize_groups_t): each group's rows in
+// 128-row blocks along the rows, written transposed into data_t [C, P] at the group's block offset.
+template <typename F>
+void groups_t_blocks(ffi::DataType type, const void* x, int64_t c, int64_t p, const int32_t* row_off,
+                     const int32_t* block_off, int64_t g, uint8_t* data_t, float* scale) {
+  std::vector<uint32_t> band(128 * c), amax(c);
+  std::vector<BlockScale> sc(c);
+  for (int64_t i = 0; i < g; ++i) {
+    for (int64_t b = block_off[i]; b < block_off[i + 1]; ++b) {
+      const int64_t r0 = row_off[i] + (b - block_off[i]) * 128;
+      const int64_t nr = std::min<int64_t>(128, row_off[i + 1] - r0);
+      load_bits(type, x, r0 * c, nr * c, band.data());
+      std::fill(amax.begin(), amax.end(), 0u);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j = 0; j < c; ++j) amax[j] = std::max(amax[j], band[r * c + j] & 0x7fffffffu);
+      for (int64_t j = 0; j < c; ++j) {
+        sc[j] = block_scale<F>(amax[j], false);
+        std::memcpy(scale + b * c + j, &sc[j].scale_bits, 4);
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j = 0; j < c; ++j) data_t[j * p + b * 128 + r] = block_encode<F>(sc[j], band[r * c + j]);
+    }
+  }
+}
+
+ffi::Error QuantizeGroupsTransposedCpu(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> group_sizes,
+                                       ffi::Result<ffi::AnyBuffer> data_t, ffi::Result<ffi::Buffer<ffi::F32>> scale,
+                                       ffi::Result<ffi::Buffer<ffi::S32>> plan) {
+  GroupsTView v;
+  if (auto e = check_quantize_groups_t_call(x, group_sizes.dimensions(), *data_t, scale->dimensions(),
+                                            plan->dimensions(), &v);
+      e.failure())
+    return e;
+  int32_t* row_off = plan->typed_data();
+  int32_t* block_off = row_off + v.g + 1;
+  groups_t_plan(group_sizes.typed_data(), v.g, v.m, row_off, block_off);
+  // Padding and unused blocks: +0 codes, scale 1 (an all-zero block); the groups' blocks overwrite them.
+  auto* out = static_cast<uint8_t*>(data_t->untyped_data());
+  std::fill(out, out + v.c * v.p, uint8_t{0});
+  std::fill(scale->typed_data(), scale->typed_data() + v.c * (v.p / 128), 1.0f);
+  if (v.c == 0) return ffi::Error::Success();
+  ScopedIeeeDenormals ieee;
+  if (data_t->element_type() == ffi::DataType::F8E4M3FN)
+    groups_t_blocks<fp8::E4M3>(x.element_type(), x.untyped_data(), v.c, v.p, row_off, block_off, v.g, out,
+                               scale->typed_data());
+  else
+    groups_t_blocks<fp8::E5M2>(x.element_type(), x.untyped_data(), v.c, v.p, row_off, block_off, v.g, out,
+                               scale->typed_data());
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jax_moe_ffi
 
@@ -409,3 +460,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCpu, jax_moe_ffi::Quanti
                                   .Attr<int64_t>("block_cols")              // 128
                                   .Attr<bool>("pow2_scale")
                                   .Attr<bool>("colwise"));                  // 1x128 blocks along R
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeGroupsTransposedCpu, jax_moe_ffi::QuantizeGroupsTransposedCpu,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()                        // x [M, C]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes [G]
+                                  .Ret<xla::ffi::AnyBuffer>()                        // data_t [C, P] fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()            // scale [P/128, C]
+                                  .Ret<xla::ffi::Buffer<xla::ffi::DataType::S32>>());  // plan [2, G+1]

@@ -33,6 +33,7 @@
 
 #define JMF_EXPORT extern "C" __attribute__((visibility("default")))
 JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8Cuda(XLA_FFI_CallFrame* call_frame);
+JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8WgradCuda(XLA_FFI_CallFrame* call_frame);
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -391,6 +392,236 @@ ffi::Error GroupedGemmFp8Impl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyB
   return DispatchFp8Tiles<cutlass::float_e4m3_t>(stream, ws, c, dev);
 }
 
+// ------------------------------------------------------------------------------- weight gradient
+// JaxMoeFfiGroupedGemmFp8WgradCuda -> "jax_moe_ffi_grouped_gemm_fp8_wgrad"
+//   out[g] [K, N] bf16 = sum over group g's 128-token blocks b of (lhs_t[:, b] . dout_t[:, b]^T) scaled by
+//   lhs_t_scale[b, k] * dout_t_scale[b, n]
+//   lhs_t [K, P] f8e4m3fn, lhs_t_scale [P/128, K] f32; dout_t [N, P] f8e4m3fn|f8e5m2, dout_t_scale [P/128, N]
+//   f32; plan [2, G+1] s32 -- all three from quantize_groups_t (common/quantize_shapes.h): the tokens of each
+//   group padded to whole 128-token blocks (zero codes), so no scale block straddles two groups, and both
+//   operands are K-major (tokens contiguous) as FP8 wgmma needs. Group g is the problem (K, N, 128 * blocks_g)
+//   at column 128 * plan[1][g] of both; its scales are MN-major [blocks_g, K] / [blocks_g, N] blocks at row
+//   plan[1][g] of the scale arrays, which is CUTLASS's layout with a row stride of K / N as stored.
+//   Groups with no tokens get zeros (a separate launch; their problem is (0, 0, 0): no tiles).
+template <class GemmDef>
+__global__ void __launch_bounds__(kSetupThreads)
+    Fp8WgradSetupKernel(Fp8GroupArrays<GemmDef> arr, const int32_t* __restrict__ plan, int64_t num_groups,
+                        int64_t k, int64_t n, int64_t p, const typename Fp8GroupArrays<GemmDef>::ElementA* a,
+                        const typename Fp8GroupArrays<GemmDef>::ElementB* b, const float* a_scale,
+                        const float* b_scale, typename Fp8GroupArrays<GemmDef>::ElementD* d) {
+  using Arr = Fp8GroupArrays<GemmDef>;
+  const int32_t* block_off = plan + num_groups + 1;
+  for (int64_t g = threadIdx.x; g < num_groups; g += blockDim.x) {
+    const int64_t b0 = block_off[g], blocks = block_off[g + 1] - b0;
+    const int64_t tokens = blocks * kScaleBlock;
+    arr.shapes[g] = blocks > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n), static_cast<int>(tokens))
+                               : typename Arr::Shape(0, 0, 0);
+    arr.ptr_a[g] = a + b0 * kScaleBlock;
+    arr.ptr_b[g] = b + b0 * kScaleBlock;
+    arr.ptr_d[g] = d + g * k * n;
+    arr.ptr_sfa[g] = a_scale + b0 * k;
+    arr.ptr_sfb[g] = b_scale + b0 * n;
+    arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(p);
+    arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(p);
+    arr.stride_d[g] = StrideWithLd<typename Arr::StrideD>(n);
+    const auto mnk = cute::make_shape(static_cast<int>(k), static_cast<int>(n),
+                                      static_cast<int>(blocks > 0 ? tokens : kScaleBlock), 1);
+    arr.layout_sfa[g] = GemmDef::ScaleConfig::tile_atom_to_shape_SFA(mnk);
+    arr.layout_sfb[g] = GemmDef::ScaleConfig::tile_atom_to_shape_SFB(mnk);
+  }
+}
+
+// out[g] = 0 for every group without tokens: blockIdx.y is the group, 16-byte stores over its [K, N] block.
+__global__ void __launch_bounds__(kZeroThreads)
+    ZeroEmptyWgradGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ plan, int64_t num_groups,
+                               int64_t vecs_per_group) {
+  const int64_t g = blockIdx.y;
+  const int32_t* block_off = plan + num_groups + 1;
+  if (block_off[g + 1] != block_off[g]) return;
+  uint4* o = out + g * vecs_per_group;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_group;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    o[i] = make_uint4(0, 0, 0, 0);
+}
+
+struct Fp8WgradCall {
+  const void* a;
+  const float* a_scale;
+  const void* b;
+  const float* b_scale;
+  const int32_t* plan;
+  void* d;
+  int64_t k, n, p, g;
+};
+
+template <class GemmDef>
+ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradCall& c, const DeviceInfo& dev) {
+  using Kernel = typename GemmDef::Kernel;
+  using Arr = Fp8GroupArrays<GemmDef>;
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  const size_t workspace_bytes = Kernel::get_workspace_size(args);
+  const size_t ng = static_cast<size_t>(c.g);
+  WorkspaceCarver carve;
+  const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
+  const size_t o_ptr_a = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_b = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_d = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_sfa = carve.take(ng * sizeof(void*));
+  const size_t o_ptr_sfb = carve.take(ng * sizeof(void*));
+  const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
+  const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
+  const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
+  const size_t o_layout_sfa = carve.take(ng * sizeof(typename Arr::LayoutSFA));
+  const size_t o_layout_sfb = carve.take(ng * sizeof(typename Arr::LayoutSFB));
+  const size_t o_workspace = carve.take(workspace_bytes);
+  if (carve.offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
+    return invalid("grouped_gemm_fp8_wgrad: the workspace output has " + std::to_string(ws.bytes) +
+                   " bytes (256-byte aligned needed), this call needs " + std::to_string(carve.offset) +
+                   " (G=" + std::to_string(c.g) + ", " + std::to_string(dev.sm_count) + " SMs)");
+  }
+  char* base = static_cast<char*>(ws.ptr);
+  Arr arr{};
+  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
+  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
+  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
+  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
+  arr.ptr_sfa = reinterpret_cast<const float**>(base + o_ptr_sfa);
+  arr.ptr_sfb = reinterpret_cast<const float**>(base + o_ptr_sfb);
+  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
+  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
+  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  arr.layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
+  arr.layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
+  void* workspace = base + o_workspace;
+
+  Fp8WgradSetupKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
+      arr, c.plan, c.g, c.k, c.n, c.p, static_cast<const typename Arr::ElementA*>(c.a),
+      static_cast<const typename Arr::ElementB*>(c.b), c.a_scale, c.b_scale, static_cast<typename Arr::ElementD*>(c.d));
+  JMF_CUDA_CHECK_LAUNCH("Fp8WgradSetupKernel launch");
+  {
+    const int64_t vecs = c.k * c.n * 2 / 16;  // bf16, N % 8 == 0
+    int64_t bx = CeilDiv(vecs, kZeroThreads);
+    bx = bx > 8 ? 8 : bx;
+    ZeroEmptyWgradGroupsKernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c.g)), kZeroThreads, 0, stream>>>(
+        static_cast<uint4*>(c.d), c.plan, c.g, vecs);
+    JMF_CUDA_CHECK_LAUNCH("ZeroEmptyWgradGroupsKernel launch");
+  }
+  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.mainloop.ptr_SFA = arr.ptr_sfa;
+  args.mainloop.layout_SFA = arr.layout_sfa;
+  args.mainloop.ptr_SFB = arr.ptr_sfb;
+  args.mainloop.layout_SFB = arr.layout_sfb;
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
+}
+
+// JAX_MOE_FFI_FP8_WGRAD_TILES = pingpong (default) | coop, read once. As for the bf16 wgrad, each tile's
+// mainloop is short (a group's few token blocks) and its epilogue large, which ping-pong overlaps.
+bool UseCoopFp8WgradTiles() {
+  static const bool coop = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_FP8_WGRAD_TILES");
+    const std::string choice(v != nullptr ? v : "pingpong");
+    if (choice != "pingpong" && choice != "coop") {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_TILES must be pingpong|coop; unknown value "
+                           "ignored, using pingpong\n");
+    }
+    return choice == "coop";
+  }();
+  return coop;
+}
+
+ffi::Error DispatchFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradCall& c, const DeviceInfo& dev,
+                            bool dout_e5m2) {
+  using E4M3 = cutlass::float_e4m3_t;
+  using E5M2 = cutlass::float_e5m2_t;
+  using BF16 = cutlass::bfloat16_t;
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  if (dout_e5m2 || UseCoopFp8WgradTiles()) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
+                      "its FP8 wgrad has E4M3 gradients and ping-pong tiles only; rebuild without it");
+  }
+  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+#else
+  if (dout_e5m2) return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+  if (UseCoopFp8WgradTiles())
+    return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
+  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+#endif
+}
+
+ffi::Error GroupedGemmFp8WgradImpl(cudaStream_t stream, ffi::AnyBuffer lhs_t, ffi::AnyBuffer lhs_t_scale,
+                                   ffi::AnyBuffer dout_t, ffi::AnyBuffer dout_t_scale,
+                                   ffi::Buffer<ffi::DataType::S32> plan, ffi::Result<ffi::AnyBuffer> out,
+                                   ffi::Result<ffi::AnyBuffer> workspace) {
+  auto ad = lhs_t.dimensions();
+  auto bd = dout_t.dimensions();
+  auto od = out->dimensions();
+  if (ad.size() != 2) return invalid("grouped_gemm_fp8_wgrad: lhs_t must be [K,P], got " + dims_str(ad));
+  if (bd.size() != 2) return invalid("grouped_gemm_fp8_wgrad: dout_t must be [N,P], got " + dims_str(bd));
+  if (od.size() != 3) return invalid("grouped_gemm_fp8_wgrad: out must be [G,K,N], got " + dims_str(od));
+  const int64_t k = ad[0], p = ad[1], n = bd[0], g = od[0];
+  if (bd[1] != p || p % kScaleBlock != 0) {
+    return invalid("grouped_gemm_fp8_wgrad: lhs_t [K,P] and dout_t [N,P] need the same P, a multiple of 128, got " +
+                   dims_str(ad) + " and " + dims_str(bd));
+  }
+  for (const std::string& e : {ExpectDims("lhs_t_scale", lhs_t_scale.dimensions(), {p / kScaleBlock, k}),
+                               ExpectDims("dout_t_scale", dout_t_scale.dimensions(), {p / kScaleBlock, n}),
+                               ExpectDims("plan", plan.dimensions(), {2, g + 1}),
+                               ExpectDims("out", od, {g, k, n})}) {
+    if (!e.empty()) return invalid(e);
+  }
+  if (lhs_t.element_type() != ffi::DataType::F8E4M3FN) {
+    return invalid("grouped_gemm_fp8_wgrad: lhs_t must be float8_e4m3fn, got " + DtypeName(lhs_t.element_type()));
+  }
+  const ffi::DataType b_t = dout_t.element_type();
+  if (b_t != ffi::DataType::F8E4M3FN && b_t != ffi::DataType::F8E5M2) {
+    return invalid("grouped_gemm_fp8_wgrad: dout_t must be float8_e4m3fn or float8_e5m2, got " + DtypeName(b_t));
+  }
+  if (lhs_t_scale.element_type() != ffi::DataType::F32 || dout_t_scale.element_type() != ffi::DataType::F32) {
+    return invalid("grouped_gemm_fp8_wgrad: lhs_t_scale and dout_t_scale must be float32");
+  }
+  if (out->element_type() != ffi::DataType::BF16) {
+    return invalid("grouped_gemm_fp8_wgrad: out must be bfloat16, got " + DtypeName(out->element_type()));
+  }
+  if (k % 8 != 0 || n % 8 != 0) {
+    return invalid("grouped_gemm_fp8_wgrad: K and N must be multiples of 8 on CUDA (16-byte output rows), got K=" +
+                   std::to_string(k) + " N=" + std::to_string(n));
+  }
+  if (k > kInt32Max || n > kInt32Max || p > kInt32Max || g > kInt32Max) {
+    return invalid("grouped_gemm_fp8_wgrad: K, N, P and G must each be < 2^31 on CUDA");
+  }
+  if (g == 0 || k == 0 || n == 0) return ffi::Error::Success();
+  if (!Aligned16(lhs_t.untyped_data()) || !Aligned16(dout_t.untyped_data()) || !Aligned16(out->untyped_data())) {
+    return invalid("grouped_gemm_fp8_wgrad: lhs_t, dout_t and out must be 16-byte aligned on CUDA");
+  }
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  Fp8WgradCall c;
+  c.a = lhs_t.untyped_data();
+  c.a_scale = static_cast<const float*>(lhs_t_scale.untyped_data());
+  c.b = dout_t.untyped_data();
+  c.b_scale = static_cast<const float*>(dout_t_scale.untyped_data());
+  c.plan = plan.typed_data();
+  c.d = out->untyped_data();
+  c.k = k;
+  c.n = n;
+  c.p = p;
+  c.g = g;
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
+  return DispatchFp8Wgrad(stream, ws, c, dev, b_t == ffi::DataType::F8E5M2);
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace jax_moe_ffi
@@ -404,5 +635,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmFp8Cuda, jax_moe_ffi::cuda::Gr
                                   .Arg<xla::ffi::AnyBuffer>()                        // rhs_scale
                                   .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
                                   .Ret<xla::ffi::AnyBuffer>()                        // out
+                                  .Ret<xla::ffi::AnyBuffer>(),                       // workspace
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmFp8WgradCuda, jax_moe_ffi::cuda::GroupedGemmFp8WgradImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs_t [K,P]
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs_t_scale [P/128,K]
+                                  .Arg<xla::ffi::AnyBuffer>()                        // dout_t [N,P]
+                                  .Arg<xla::ffi::AnyBuffer>()                        // dout_t_scale [P/128,N]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // plan [2,G+1]
+                                  .Ret<xla::ffi::AnyBuffer>()                        // out [G,K,N]
                                   .Ret<xla::ffi::AnyBuffer>(),                       // workspace
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -193,7 +193,9 @@ struct Fp8PingpongConfigT {
 using Fp8PingpongConfig = Fp8PingpongConfigT<false>;
 using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 
-template <class ElementA, class ElementB, class ElementOut, class Config>
+// kScaleN: B's scale granularity along N -- 128 (weights: 128 x 128 tiles) or 1 (the weight gradient, where B
+// is the incoming gradient transposed with one scale per row and 128-token block; CUTLASS's mainloop only).
+template <class ElementA, class ElementB, class ElementOut, class Config, int kScaleN = 128>
 struct GroupedGemmFp8Blockwise {
   using ElementAcc = float;
   using LayoutA = cutlass::layout::RowMajor;     // [rows, K], K contiguous
@@ -203,7 +205,7 @@ struct GroupedGemmFp8Blockwise {
   static constexpr int kAlignB = 16;
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
 
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 

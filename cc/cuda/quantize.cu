@@ -506,6 +506,107 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
   }
 }
 
+// --------------------------------------------------------------------------- groups_t kernel
+// quantize_groups_t (common/quantize_shapes.h): the band kernel's 1 x 128 blocks along the rows, but a CTA
+// tile's 128 rows are one padded block b of one group (rows past the group's end, and every row of a block
+// past the last group's, count as +0), and the codes go out transposed to data_t[c, 128 b + r]. Same lane
+// layout and the same two-level column maxima as kCol128.
+__global__ void groups_t_plan_kernel(const int32_t* __restrict__ sizes, int64_t g, int64_t m, int32_t* plan) {
+  groups_t_plan(sizes, g, m, plan, plan + g + 1);
+}
+
+template <typename In, typename F, bool kVec>
+__global__ void __launch_bounds__(kThreads) groups_t_kernel(const typename In::S* __restrict__ x, int64_t cols,
+                                                             int64_t p, const int32_t* __restrict__ plan, int64_t g,
+                                                             uint8_t* __restrict__ data_t, void* __restrict__ scale,
+                                                             int64_t tiles) {
+  constexpr int kW = In::kW;
+  __shared__ uint32_t red[2][4 * 2 * 8 * kW];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wr = warp / 2, wc = warp % 2, sl = lane / 8, k = lane % 8;
+  const int r_in = wr * 32 + sl * 8, c_in = wc * 64 + k * 8;
+  const int32_t* row_off = plan;
+  const int32_t* block_off = plan + g + 1;
+  const int64_t used = block_off[g];
+  const int64_t nbc = (cols + kTile - 1) / kTile;
+  int buf = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, buf ^= 1) {
+    const int64_t tc = tile % nbc, b = tile / nbc;
+    int64_t row_begin = 0, row_end = 0;  // the source rows of block b
+    if (b < used) {
+      int64_t lo = 0, hi = g - 1;  // the group holding block b: the first i with block_off[i + 1] > b
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (block_off[mid + 1] > b) hi = mid; else lo = mid + 1;
+      }
+      row_begin = row_off[lo] + (b - block_off[lo]) * kTile;
+      row_end = row_begin + kTile < row_off[lo + 1] ? row_begin + kTile : row_off[lo + 1];
+    }
+    const int64_t r0 = row_begin + r_in, c0 = tc * kTile + c_in;
+    uint32_t w[8][kW];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (r0 + i < row_end) {
+        load_chunk<In, kVec>(x + (r0 + i) * cols, c0, cols, w[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kW; ++j) w[i][j] = 0;
+      }
+    }
+    uint32_t cm[kW];
+#pragma unroll
+    for (int j = 0; j < kW; ++j) cm[j] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) absmax_into<In>(cm, w[i]);
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 8));
+      cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 16));
+    }
+    uint32_t* red_w = red[buf] + ((wr * 2 + wc) * 8 + k) * kW;
+    if (sl == 0) {
+#pragma unroll
+      for (int j = 0; j < kW; ++j) red_w[j] = cm[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rw = 0; rw < 4; ++rw) {
+      const uint32_t* red_g = red[buf] + ((rw * 2 + wc) * 8 + k) * kW;
+#pragma unroll
+      for (int j = 0; j < kW; ++j) cm[j] = In::max(cm[j], red_g[j]);
+    }
+    float m[8];
+    uint32_t out[8], nan_lo = 0, nan_hi = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const Code code = block_code<F, kDiv>(In::bits(cm, j));
+      m[j] = code.m;
+      out[j] = code.out;
+      if (code.nan) (j < 4 ? nan_lo : nan_hi) |= 0xffu << (8 * (j % 4));
+    }
+    if (wr == 0 && sl == 0 && c0 < cols) {
+      uint32_t* s = static_cast<uint32_t*>(scale) + b * cols + c0;
+      if (kVec) {
+        reinterpret_cast<uint4*>(s)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+        reinterpret_cast<uint4*>(s)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (c0 + j < cols) s[j] = out[j];
+      }
+    }
+    uint2 q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[i] = encode8<In, F, kDiv>(w[i], m);
+      q[i].x = (q[i].x & ~nan_lo) | (kNaN4 & nan_lo);
+      q[i].y = (q[i].y & ~nan_hi) | (kNaN4 & nan_hi);
+      if (r0 + i >= row_end) q[i] = make_uint2(0, 0);  // padding stays +0 in a NaN block too (as on the CPU)
+    }
+    store_transposed8x8<kVec>(data_t, p, cols, b * kTile + r_in, c0, q);
+  }
+}
+
 // ------------------------------------------------------------------------------------ dispatch
 template <typename Fn>
 ffi::Error with_in(ffi::DataType t, Fn&& f) {
@@ -679,6 +780,41 @@ ffi::Error QuantizeTilesTransposedCuda(cudaStream_t stream, ffi::AnyBuffer x, ff
   });
 }
 
+// The FP8 weight gradient's operands: see common/quantize_shapes.h (quantize_groups_t).
+ffi::Error QuantizeGroupsTransposedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Buffer<ffi::S32> group_sizes,
+                                        ffi::Result<ffi::AnyBuffer> data_t, ffi::Result<ffi::Buffer<ffi::F32>> scale,
+                                        ffi::Result<ffi::Buffer<ffi::S32>> plan) {
+  GroupsTView v;
+  if (auto e = check_quantize_groups_t_call(x, group_sizes.dimensions(), *data_t, scale->dimensions(),
+                                            plan->dimensions(), &v);
+      e.failure())
+    return e;
+  int32_t* pl = plan->typed_data();
+  groups_t_plan_kernel<<<1, 1, 0, stream>>>(group_sizes.typed_data(), v.g, v.m, pl);
+  if (v.c == 0) return cuda_error("quantize_groups_t plan kernel");
+  const int64_t tiles = (v.p / kTile) * cdiv(v.c, kTile);
+  return with_in(x.element_type(), [&](auto in_tag) -> ffi::Error {
+    using In = decltype(in_tag);
+    return with_fmt(data_t->element_type(), [&](auto fmt_tag) -> ffi::Error {
+      using F = decltype(fmt_tag);
+      auto go = [&](auto vec_tag) {
+        constexpr auto kernel = groups_t_kernel<In, F, decltype(vec_tag)::value>;
+        int64_t grid = tiles;
+        const int64_t resident = resident_ctas<kernel>();
+        if (grid > resident) grid = resident;
+        kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+            static_cast<const typename In::S*>(x.untyped_data()), v.c, v.p, pl, v.g,
+            static_cast<uint8_t*>(data_t->untyped_data()), scale->untyped_data(), tiles);
+      };
+      if (vec_ok(v.c, x.untyped_data(), data_t->untyped_data(), scale->untyped_data(), true))
+        go(std::true_type{});
+      else
+        go(std::false_type{});
+      return cuda_error("quantize_groups_t kernel");
+    });
+  });
+}
+
 }  // namespace
 }  // namespace jax_moe_ffi
 
@@ -711,4 +847,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeBlockwiseCuda, jax_moe_ffi::Quant
                                   .Attr<int64_t>("block_cols")              // 128
                                   .Attr<bool>("pow2_scale")
                                   .Attr<bool>("colwise"),                   // 1x128 blocks along R
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiQuantizeGroupsTransposedCuda, jax_moe_ffi::QuantizeGroupsTransposedCuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                          // x [M, C]
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()    // group_sizes [G]
+                                  .Ret<xla::ffi::AnyBuffer>()                          // data_t [C, P] fp8
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()              // scale [P/128, C]
+                                  .Ret<xla::ffi::Buffer<xla::ffi::DataType::S32>>(),   // plan [2, G+1]
                               {xla::ffi::Traits::kCmdBufferCompatible});

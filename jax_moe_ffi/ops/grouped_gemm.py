@@ -365,7 +365,7 @@ _gmm_sum.defvjp(_gmm_sum_fwd, _gmm_sum_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
-                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3"):
+                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = True):
     """Grouped matmul: `out[i] = lhs[i] @ rhs[g(i)]`, the semantics of `jax.lax.ragged_dot`.
 
     Args:
@@ -377,6 +377,8 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
         tiles: the fast Hopper path) or "mxfp8" (OCP MX, 1 x 32 blocks; on Hopper exact MXFP8 operands
         multiplied in bf16). See `jax_moe_ffi.ops.grouped_gemm_fp8`.
       fp8_grad_dtype: with a recipe, the FP8 format of the incoming gradient: "e4m3" or "e5m2".
+      fp8_wgrad: with recipe="blockwise", the weight gradient in FP8 too (1 x 128 blocks along each group's
+        tokens, groups padded to 128 tokens); False: in the input dtype. Ignored by "mxfp8".
     Returns [M, N]; rows at/after sum(group_sizes) are zero.
     """
     lhs = jnp.asarray(lhs)
@@ -386,7 +388,7 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
     if recipe is not None:
         from jax_moe_ffi.ops.grouped_gemm_fp8 import grouped_matmul_fp8
         return grouped_matmul_fp8(lhs, rhs, gs, recipe=recipe, out_dtype=odt, transpose_rhs=bool(transpose_rhs),
-                                  grad_dtype=fp8_grad_dtype)
+                                  grad_dtype=fp8_grad_dtype, fp8_wgrad=fp8_wgrad)
     return _gmm(lhs, rhs, gs, bool(transpose_rhs), odt)
 
 

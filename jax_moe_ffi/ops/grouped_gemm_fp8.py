@@ -8,8 +8,11 @@ Backward: the incoming gradient is quantised (1 x 128 along N, E4M3 by default o
 is the same FP8 kernel against the forward's weight quantisation (reused, not recomputed: 128 x 128
 tiles are the same along either axis). The kernel reads both operands K-major, so the weight is needed in
 both orientations; the forward's one quantisation pass writes the second one too
-(quantize_tiles_transposed). The weight gradient runs in bf16 (the ragged contraction over tokens would
-need 128-aligned groups for 1 x 128 token blocks) -- stated, not hidden.
+(quantize_tiles_transposed). The weight gradient (a contraction over each group's tokens) runs in FP8 too by
+default: lhs and the incoming gradient are quantised in 1 x 128 blocks along the tokens, each group padded to
+whole 128-token blocks so that no block straddles two groups, and written transposed (quantize_groups_transposed:
+both operands K-major); `jax_moe_ffi_grouped_gemm_fp8_wgrad` multiplies them with per-row scales on both sides.
+`fp8_wgrad=False` keeps the bf16 wgrad.
 
 recipe="mxfp8" (OCP MX v1.0, 1 x 32 blocks, E8M0 scales): Hopper has no MX tensor-core instruction.
 Operands are quantised to MXFP8 and dequantised to bf16 (E4M3 times a power of two is exact in bf16
@@ -26,13 +29,15 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_moe_ffi import _registry
 from jax_moe_ffi.ops import _common as c
 from jax_moe_ffi.ops import grouped_gemm as gg
-from jax_moe_ffi.ops.quantize import _tiles_t_call, dequantize, quantize
+from jax_moe_ffi.ops.quantize import _groups_t_call, _tiles_t_call, dequantize, quantize
 
 FP8_TARGET = "jax_moe_ffi_grouped_gemm_fp8"
+FP8_WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_fp8_wgrad"
 RECIPES = ("blockwise", "mxfp8")
 GRAD_DTYPES = ("e4m3", "e5m2")
 BLOCK = 128
@@ -86,6 +91,44 @@ def _fp8_call(a, sa, bt, sb, group_sizes):
                           fallback=_reference_call, cuda_unusable=unusable)
 
 
+def _wgrad_reference_call(at, sat, bt, sbt, plan):
+    """Dequantised operands, float32 wgrad over the padded groups (zero padding adds nothing)."""
+    a32 = at.astype(jnp.float32) * jnp.repeat(sat.T, BLOCK, axis=1)  # [K, P]
+    b32 = bt.astype(jnp.float32) * jnp.repeat(sbt.T, BLOCK, axis=1)  # [N, P]
+    padded_sizes = (plan[1, 1:] - plan[1, :-1]) * BLOCK
+    return gg._wgrad_call(a32.T, b32.T, padded_sizes, jnp.float32).astype(jnp.bfloat16)
+
+
+def _fp8_wgrad_call(at, sat, bt, sbt, plan):
+    """out[G,K,N] bf16 = per group, the blockwise-scaled product of at [K,P] (sat [P/128,K]) and bt [N,P]
+    (sbt [P/128,N]) over the group's 128-token blocks (plan from quantize_groups_transposed)."""
+    k, p = at.shape
+    n = bt.shape[0]
+    g = plan.shape[1] - 1
+    out = jax.ShapeDtypeStruct((g, k, n), jnp.bfloat16)
+    ws = jax.ShapeDtypeStruct((512 * g + (1 << 20) + 4096,), jnp.uint8)
+    cuda_call = jax.ffi.ffi_call(FP8_WGRAD_TARGET, (out, ws), vmap_method="sequential")
+
+    def cuda_fn(*args):
+        return cuda_call(*args)[0]
+
+    unusable = None
+    if FP8_WGRAD_TARGET not in _registry.cuda_targets:
+        unusable = f"the CUDA library is not loaded or lacks the FP8 wgrad kernel ({_registry.cuda_load_error})"
+    elif k % 8 or n % 8:
+        unusable = f"the FP8 wgrad kernel needs K % 8 == 0 and N % 8 == 0, got K={k} N={n}"
+    return c.on_platforms(FP8_WGRAD_TARGET, (at, sat, bt, sbt, plan), cpu=_wgrad_reference_call, cuda=cuda_fn,
+                          fallback=_wgrad_reference_call, cuda_unusable=unusable)
+
+
+def _wgrad_fp8(a, b, group_sizes, b_fmt):
+    """[G, K, N] bf16: per group g, the sum over its rows r of a[r]^T b[r] (a [M,K], b [M,N]) with FP8 operands,
+    a in E4M3 (the kernel's A) and b in `b_fmt`, both in 1 x 128 blocks along the rows of each group."""
+    at, sat, plan = _groups_t_call(a, group_sizes, "e4m3")
+    bt, sbt, _ = _groups_t_call(b, group_sizes, b_fmt)  # the same plan (same sizes, same M)
+    return _fp8_wgrad_call(at, sat, bt, sbt, plan)
+
+
 def _quant_rows(x, fmt):
     q = quantize(x, "blockwise", dtype=fmt)  # 1 x 128 blocks along the last axis
     return q.data, q.scale
@@ -125,25 +168,35 @@ def _e4m3(u):
     return jax.lax.bitcast_convert_type(u, jnp.float8_e4m3fn)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt):
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt, fp8_wgrad):
     del rhs  # only its gradient is computed here; wq holds its quantisation
     ad, asc = _quant_rows(lhs, "e4m3")
     (bt, sb), _ = wq
     return _fp8_call(ad, asc, _e4m3(bt), sb, group_sizes).astype(out_dtype)
 
 
-def _blockwise_fwd(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt):
-    out = _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt)
+def _blockwise_fwd(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt, fp8_wgrad):
+    out = _gmm_blockwise(lhs, rhs, wq, group_sizes, transpose_rhs, out_dtype, grad_fmt, fp8_wgrad)
     return out, (lhs, wq[1], group_sizes)
 
 
-def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, res, dout):
+def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, fp8_wgrad, res, dout):
     lhs, (bt, sb), group_sizes = res
     dd, dsc = _quant_rows(dout, grad_fmt)
     dlhs = _fp8_call(dd, dsc, _e4m3(bt), sb, group_sizes).astype(lhs.dtype)
     d = dout.astype(lhs.dtype)
-    drhs = gg._wgrad(d, lhs, group_sizes, lhs.dtype) if transpose_rhs else gg._wgrad(lhs, d, group_sizes, lhs.dtype)
+    if fp8_wgrad:
+        if not transpose_rhs:
+            drhs = _wgrad_fp8(lhs, d, group_sizes, grad_fmt)
+        elif grad_fmt == "e4m3":  # [G,N,K]: the same product with the operands' roles swapped
+            drhs = _wgrad_fp8(d, lhs, group_sizes, "e4m3")
+        else:  # the kernel's A is E4M3 only: an E5M2 gradient stays B, and XLA transposes the result
+            drhs = jnp.swapaxes(_wgrad_fp8(lhs, d, group_sizes, grad_fmt), 1, 2)
+        drhs = drhs.astype(lhs.dtype)
+    else:
+        drhs = (gg._wgrad(d, lhs, group_sizes, lhs.dtype) if transpose_rhs
+                else gg._wgrad(lhs, d, group_sizes, lhs.dtype))
     return dlhs, drhs, None, c.float0_zeros(group_sizes)  # None: wq (made from stop_gradient(rhs)) has no cotangent
 
 
@@ -171,15 +224,17 @@ _mx_grad.defvjp(lambda y, fmt: (y, None),
 
 
 def grouped_matmul_fp8(lhs, rhs, group_sizes, *, recipe: str, out_dtype, transpose_rhs: bool = False,
-                       grad_dtype: str = "e4m3"):
+                       grad_dtype: str = "e4m3", fp8_wgrad: bool = True):
     """Called by `grouped_matmul(..., recipe=...)` after its argument checks."""
     if recipe not in RECIPES:
         raise ValueError(f"grouped_matmul: `recipe` must be None or one of {RECIPES}, got {recipe!r}")
     if grad_dtype not in GRAD_DTYPES:
         raise ValueError(f"grouped_matmul: `fp8_grad_dtype` must be one of {GRAD_DTYPES}, got {grad_dtype!r}")
     if recipe == "blockwise":
+        if not isinstance(fp8_wgrad, (bool, np.bool_)):
+            raise TypeError(f"grouped_matmul: `fp8_wgrad` must be a bool, got {fp8_wgrad!r}")
         return _gmm_blockwise(lhs, rhs, _weight_quant(rhs, bool(transpose_rhs)), group_sizes, bool(transpose_rhs),
-                              jnp.dtype(out_dtype), grad_dtype)
+                              jnp.dtype(out_dtype), grad_dtype, bool(fp8_wgrad))
     half = jnp.bfloat16 if lhs.dtype == jnp.float32 else lhs.dtype
     a = _mx_operand(lhs.astype(half), 1)
     b = _mx_operand(rhs.astype(half), 2 if transpose_rhs else 1)  # blocks along K
@@ -187,4 +242,4 @@ def grouped_matmul_fp8(lhs, rhs, group_sizes, *, recipe: str, out_dtype, transpo
     return _mx_grad(out, grad_dtype)
 
 
-__all__ = ["grouped_matmul_fp8", "RECIPES", "GRAD_DTYPES", "FP8_TARGET"]
+__all__ = ["grouped_matmul_fp8", "RECIPES", "GRAD_DTYPES", "FP8_TARGET", "FP8_WGRAD_TARGET"]

@@ -62,6 +62,7 @@ from jax_moe_ffi.ops import _common as c
 MXFP8_TARGET = "jax_moe_ffi_quantize_mxfp8"
 BLOCKWISE_TARGET = "jax_moe_ffi_quantize_blockwise"
 TILES_T_TARGET = "jax_moe_ffi_quantize_tiles_t"
+GROUPS_T_TARGET = "jax_moe_ffi_quantize_groups_t"
 
 RECIPES = ("mxfp8", "blockwise")
 MX_BLOCK = 32
@@ -273,6 +274,67 @@ def quantize_tiles_transposed(x, *, dtype="e4m3", pow2_scale: bool = False, plai
     q = None if data is None else QuantizedArray(data=data, scale=scale, recipe="blockwise", axis=ax,
                                                  block=(128, 128))
     return qt, q
+
+
+def groups_t_padded_rows(m: int, g: int) -> int:
+    """P of quantize_groups_transposed: room for M rows with every one of G groups padded to 128 rows."""
+    return 128 * (-(-m // 128) + g)
+
+
+def _groups_t_call(x, group_sizes, fmt: str):
+    from jax_moe_ffi import reference
+
+    m, cols = x.shape
+    g = group_sizes.shape[0]
+    p = groups_t_padded_rows(m, g)
+    out = (jax.ShapeDtypeStruct((cols, p), FP8_DTYPES[fmt]), jax.ShapeDtypeStruct((p // 128, cols), jnp.float32),
+           jax.ShapeDtypeStruct((2, g + 1), jnp.int32))
+    call = jax.ffi.ffi_call(GROUPS_T_TARGET, out, vmap_method="sequential")
+
+    def ffi_fn(a, s):
+        return tuple(call(a, s))
+
+    def xla_fn(a, s):
+        return reference.quantize_groups_transposed_reference(a, s, fmt)
+
+    return _on_platforms(ffi_fn, xla_fn, GROUPS_T_TARGET, x, group_sizes)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _groups_t(x, group_sizes, fmt):
+    return _groups_t_call(x, group_sizes, fmt)
+
+
+@_groups_t.defjvp
+def _groups_t_jvp(fmt, primals, tangents):
+    raise TypeError(_NOT_DIFFERENTIABLE)
+
+
+def quantize_groups_transposed(x, group_sizes, *, dtype="e4m3"):
+    """Blockwise (1 x 128, float32 scales) quantisation of x [M, C] along its rows, per group: the operand
+    layout of the FP8 weight gradient (`grouped_matmul(..., recipe="blockwise")`'s backward), where the
+    contraction runs over each group's rows (tokens).
+
+    Each group's rows (the package's group-size rule: negative sizes count as 0, clipped to M) are padded with
+    zero rows to whole 128-row blocks so that no block straddles two groups, and the codes are written
+    transposed (rows contiguous: FP8 wgmma reads both operands K-major).
+
+    Returns ``(data_t, scale, plan)``: data_t [C, P] FP8 with P = 128 * (ceil(M/128) + G); scale [P/128, C]
+    float32 (one row of C scales per 128-row block); plan [2, G+1] int32, plan[0] the groups' row offsets and
+    plan[1] their block offsets (group g is columns 128 * plan[1][g] .. 128 * plan[1][g+1] of data_t).
+    Columns of padding and of unused blocks are +0 codes with scale 1 (an all-zero block). Scale and code
+    rules are `quantize(..., "blockwise")`'s (not pow2). Not differentiable. Bit-identical on CPU and CUDA.
+    """
+    op = "quantize_groups_transposed"
+    fmt = _fp8_format(dtype)
+    x = _check_x(x, True)
+    if x.ndim != 2:
+        raise ValueError(f"{op}: `x` must be [M, C], got shape {tuple(x.shape)}")
+    group_sizes = jnp.asarray(group_sizes)
+    if group_sizes.ndim != 1:
+        raise ValueError(f"{op}: `group_sizes` must be rank 1 [G], got shape {tuple(group_sizes.shape)}")
+    gs = c.check_group_sizes(op, group_sizes, group_sizes.shape[0])
+    return _groups_t(x, gs, fmt)
 
 
 # ----------------------------------------------------------------------------------- quantize
