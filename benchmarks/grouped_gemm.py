@@ -8,8 +8,8 @@
 Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png} (grouped_gemm_fp8_<machine> with --recipe).
 With --recipe blockwise the rows are: `ours` (bf16), `ours_fp8` (the FP8 kernel on operands quantised
 beforehand: the GEMM alone), `ours_fp8_with_quant` (grouped_matmul(recipe="blockwise") from bf16 operands:
-quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing; its weight gradient is FP8 too),
-`ours_fp8_bf16_wgrad` (fwd_bwd: the same with a bf16 weight gradient), `dense_fp8` (XLA's dense FP8 matmul of
+quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing; bf16 weight gradient, the default),
+`ours_fp8_fp8_wgrad` (fwd_bwd: the same with the FP8 weight gradient, fp8_wgrad=True), `dense_fp8` (XLA's dense FP8 matmul of
 equal FLOPs) and the same anchors as the bf16 run. `--passes wgrad` times the weight gradient alone (`ours` bf16,
 `ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation).
 """
@@ -41,8 +41,8 @@ def impls(tokamax, dtype, recipe=None):
                                                             implementation="mosaic")
     if recipe:
         out["ours_fp8_with_quant"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe)
-        # fwd_bwd only: the same with the weight gradient in bf16 (the A/B of the FP8 wgrad)
-        out["ours_fp8_bf16_wgrad"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe, fp8_wgrad=False)
+        # fwd_bwd only: the same with the weight gradient in FP8 too (the opt-in fp8_wgrad=True)
+        out["ours_fp8_fp8_wgrad"] = lambda a, b, s: jmf.grouped_matmul(a, b, s, recipe=recipe, fp8_wgrad=True)
     return out
 
 
@@ -149,7 +149,7 @@ def main(argv=None):
                 for name, f in fns.items():
                     if name in ("xla_ragged_dot", "tokamax") and kind not in args.anchor_groups.split(","):
                         continue
-                    if name == "ours_fp8_bf16_wgrad" and p == "fwd":  # the forward is ours_fp8_with_quant's
+                    if name == "ours_fp8_fp8_wgrad" and p == "fwd":  # the forward is ours_fp8_with_quant's
                         continue
                     fn = jax.jit(f) if p == "fwd" else jax.jit(fwd_bwd(f))
                     a = (lhs, rhs, sizes) if p == "fwd" else (lhs, rhs, sizes, cot)
@@ -217,7 +217,7 @@ def summarize(rows):
     """Same-run ratios against the targets of the GPU grouped GEMM issue."""
     by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
     for (case, impl, p, kind), r in by.items():
-        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant", "ours_fp8_bf16_wgrad"):
+        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant", "ours_fp8_fp8_wgrad"):
             continue
         parts = []
         if impl != "ours" and (case, "ours", p, kind) in by:

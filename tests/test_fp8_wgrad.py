@@ -151,7 +151,8 @@ def test_blockwise_vjp_weight_gradient_is_fp8(transpose_rhs, grad_dtype):
     wt = jnp.swapaxes(w, 1, 2) if transpose_rhs else w
 
     def f(a, w):
-        return jmf.grouped_matmul(a, w, gs, recipe="blockwise", transpose_rhs=transpose_rhs, fp8_grad_dtype=grad_dtype)
+        return jmf.grouped_matmul(a, w, gs, recipe="blockwise", transpose_rhs=transpose_rhs, fp8_grad_dtype=grad_dtype,
+                                  fp8_wgrad=True)
 
     dw = np.asarray(jax.vjp(f, a, wt)[1](dout)[1].astype(jnp.float32), np.float64)
     ref = np_wgrad(np_dequant_groups_t(a, sizes, "e4m3"), np_dequant_groups_t(dout, sizes, grad_dtype), sizes)
@@ -163,6 +164,10 @@ def test_blockwise_vjp_weight_gradient_is_fp8(transpose_rhs, grad_dtype):
     np.testing.assert_allclose(dw, ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
     exact = np_wgrad(np.asarray(a, np.float64), np.asarray(dout, np.float64), sizes)
     assert similarity_loss(dw, np.swapaxes(exact, 1, 2) if transpose_rhs else exact) < 6e-3
+    dw_bf16 = jax.vjp(lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="blockwise", transpose_rhs=transpose_rhs,
+                                                      fp8_grad_dtype=grad_dtype), a, wt)[1](dout)[1]
+    wg = jmf.grouped_matmul_wgrad(dout, a, gs) if transpose_rhs else jmf.grouped_matmul_wgrad(a, dout, gs)
+    np.testing.assert_array_equal(np.asarray(dw_bf16, np.float32), np.asarray(wg, np.float32))  # the default
     with pytest.raises(TypeError, match="`fp8_wgrad`"):
         jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_wgrad="yes")
 

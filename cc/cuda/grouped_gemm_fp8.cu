@@ -525,19 +525,21 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
 }
 
-// JAX_MOE_FFI_FP8_WGRAD_TILES = pingpong (default) | coop, read once. As for the bf16 wgrad, each tile's
-// mainloop is short (a group's few token blocks) and its epilogue large, which ping-pong overlaps.
-bool UseCoopFp8WgradTiles() {
-  static const bool coop = [] {
+// JAX_MOE_FFI_FP8_WGRAD_TILES = coop (default) | pingpong, read once. Unlike the bf16 wgrad (ping-pong: a short
+// mainloop and a large epilogue, which ping-pong overlaps), the cooperative 128x128 tile was the faster one here:
+// on the H200 (session 16) 1.05-1.20x the bf16 wgrad kernel against 0.95-1.06x for ping-pong 64x128
+// (benchmarks/results/fp8_wgrad_coop_h200.md vs grouped_gemm_fp8_h200.md, --passes wgrad).
+bool UsePingpongFp8WgradTiles() {
+  static const bool pingpong = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_WGRAD_TILES");
-    const std::string choice(v != nullptr ? v : "pingpong");
+    const std::string choice(v != nullptr ? v : "coop");
     if (choice != "pingpong" && choice != "coop") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_TILES must be pingpong|coop; unknown value "
-                           "ignored, using pingpong\n");
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_TILES must be coop|pingpong; unknown value "
+                           "ignored, using coop\n");
     }
-    return choice == "coop";
+    return choice == "pingpong";
   }();
-  return coop;
+  return pingpong;
 }
 
 ffi::Error DispatchFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradCall& c, const DeviceInfo& dev,
@@ -546,17 +548,17 @@ ffi::Error DispatchFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8W
   using E5M2 = cutlass::float_e5m2_t;
   using BF16 = cutlass::bfloat16_t;
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
-  if (dout_e5m2 || UseCoopFp8WgradTiles()) {
+  if (dout_e5m2 || UsePingpongFp8WgradTiles()) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
-                      "its FP8 wgrad has E4M3 gradients and ping-pong tiles only; rebuild without it");
+                      "its FP8 wgrad has E4M3 gradients and cooperative tiles only; rebuild without it");
   }
-  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
 #else
-  if (dout_e5m2) return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
-  if (UseCoopFp8WgradTiles())
-    return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
-  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+  if (dout_e5m2) return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
+  if (UsePingpongFp8WgradTiles())
+    return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
 #endif
 }
 

@@ -365,7 +365,7 @@ _gmm_sum.defvjp(_gmm_sum_fwd, _gmm_sum_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
-                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = True):
+                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = False):
     """Grouped matmul: `out[i] = lhs[i] @ rhs[g(i)]`, the semantics of `jax.lax.ragged_dot`.
 
     Args:
@@ -378,7 +378,9 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
         multiplied in bf16). See `jax_moe_ffi.ops.grouped_gemm_fp8`.
       fp8_grad_dtype: with a recipe, the FP8 format of the incoming gradient: "e4m3" or "e5m2".
       fp8_wgrad: with recipe="blockwise", the weight gradient in FP8 too (1 x 128 blocks along each group's
-        tokens, groups padded to 128 tokens); False: in the input dtype. Ignored by "mxfp8".
+        tokens, groups padded to 128 tokens). Off by default: on the H200 its kernel is only 1.05-1.20x the
+        bf16 wgrad and quantising both operands costs more than that (benchmarks/NOTES.md, session 16).
+        False: the weight gradient in the input dtype. Ignored by "mxfp8".
     Returns [M, N]; rows at/after sum(group_sizes) are zero.
     """
     lhs = jnp.asarray(lhs)
