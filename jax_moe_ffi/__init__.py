@@ -12,7 +12,8 @@ from jax_moe_ffi.ops.dispatch import MoeRouting, moe_combine, moe_dispatch  # no
 from jax_moe_ffi.ops.ep import EpRouting, ep_combine, ep_dispatch  # noqa: E402
 from jax_moe_ffi.ops.topk import top_k  # noqa: E402
 from jax_moe_ffi.ops.quantize import (  # noqa: E402
-    QuantizedArray, dequantize, from_swizzled_scales, quantize, quantize_tiles_transposed, to_swizzled_scales)
+    QuantizedArray, dequantize, from_swizzled_scales, quantize, quantize_groups_transposed, quantize_tiles_transposed,
+    to_swizzled_scales)
 from jax_moe_ffi import reference  # noqa: E402
 from jax_moe_ffi import runtime  # noqa: E402
 from jax_moe_ffi.rewrite import Report, explain, optimize  # noqa: E402
@@ -22,6 +23,6 @@ __version__ = "0.1.0"
 
 __all__ = ["grouped_matmul", "grouped_matmul_wgrad", "grouped_matmul_acc", "grouped_matmuls_shared_lhs", "moe_dispatch", "moe_combine", "MoeRouting",
            "ep_dispatch", "ep_combine", "EpRouting", "top_k",
-           "QuantizedArray", "quantize", "quantize_tiles_transposed", "dequantize",
+           "QuantizedArray", "quantize", "quantize_tiles_transposed", "quantize_groups_transposed", "dequantize",
            "to_swizzled_scales", "from_swizzled_scales",
            "reference", "runtime", "export_disabled_checks", "optimize", "explain", "Report"]
