@@ -295,14 +295,15 @@ def test_gpu_fp8_grads_vs_bf16():
     assert similarity_loss(da, ra) < 2e-3 and similarity_loss(dw, rw) < 2e-3
 
 
-def test_blockwise_under_scan_checkpoint_and_vmap():
+@pytest.mark.parametrize("fp8_wgrad", [False, True])
+def test_blockwise_under_scan_checkpoint_and_vmap(fp8_wgrad):
     """The FP8 op composes with lax.scan over layers + jax.checkpoint + grad, and with vmap, matching the
-    same computation written without them."""
+    same computation written without them (with the bf16 and with the FP8 weight gradient)."""
     a, w, gs = random_case(21, 96, 128, 128, 3)
     ws = jnp.stack([w, w * 0.5])  # two "layers"
 
     def layer(h, wl):
-        return jmf.grouped_matmul(h, wl, gs, recipe="blockwise").astype(h.dtype), None
+        return jmf.grouped_matmul(h, wl, gs, recipe="blockwise", fp8_wgrad=fp8_wgrad).astype(h.dtype), None
 
     def scanned(a, ws):
         return jnp.sum(jax.lax.scan(jax.checkpoint(layer), a, ws)[0].astype(jnp.float32))

@@ -152,20 +152,14 @@ struct Fp8Call {
   int64_t m, k, n, g;
 };
 
+// The per-group arrays in the workspace output (256-byte aligned pieces), then `extra_floats` floats of scratch
+// (Fp8GroupArrays::sfa; 0 for the wgrad) and CUTLASS's workspace (per-SM copies of the TMA descriptors that the
+// kernel rewrites when it moves to another group; its size depends only on hw_info.sm_count).
 template <class GemmDef>
-ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
-                             const DeviceInfo& dev) {
-  using Kernel = typename GemmDef::Kernel;
+ffi::Error CarveFp8Arrays(const Workspace& ws, const char* op, int64_t g, size_t extra_floats,
+                          size_t cutlass_bytes, int sm_count, Fp8GroupArrays<GemmDef>* arr, void** cutlass_ws) {
   using Arr = Fp8GroupArrays<GemmDef>;
-
-  typename Kernel::Arguments args;
-  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
-  // CUTLASS's workspace holds per-SM copies of the TMA descriptors that the kernel rewrites when
-  // it moves to another group; its size depends only on hw_info.sm_count.
-  const size_t workspace_bytes = Kernel::get_workspace_size(args);
-
-  const size_t ng = static_cast<size_t>(c.g);
-  const int64_t kb = CeilDiv(c.k, kScaleBlock);
+  const size_t ng = static_cast<size_t>(g);
   WorkspaceCarver carve;
   const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
   const size_t o_ptr_a = carve.take(ng * sizeof(void*));
@@ -180,31 +174,66 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   const size_t o_layout_sfb = carve.take(ng * sizeof(typename Arr::LayoutSFB));
   const size_t o_ends = carve.take(ng * sizeof(int64_t));
   const size_t o_total = carve.take(sizeof(int64_t));
-  const size_t o_sfa = carve.take(static_cast<size_t>(c.m * kb) * sizeof(float));
-  const size_t o_workspace = carve.take(workspace_bytes);
+  const size_t o_sfa = carve.take(extra_floats * sizeof(float));
+  const size_t o_workspace = carve.take(cutlass_bytes);
   if (carve.offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
-    return invalid("grouped_gemm_fp8: the workspace output has " + std::to_string(ws.bytes) +
-                   " bytes (256-byte aligned needed), this call needs " +
-                   std::to_string(carve.offset) + " (G=" + std::to_string(c.g) + ", M=" +
-                   std::to_string(c.m) + ", " + std::to_string(dev.sm_count) + " SMs)");
+    return invalid(std::string(op) + ": the workspace output has " + std::to_string(ws.bytes) +
+                   " bytes (256-byte aligned needed), this call needs " + std::to_string(carve.offset) +
+                   " (G=" + std::to_string(g) + ", " + std::to_string(sm_count) + " SMs)");
   }
   char* base = static_cast<char*>(ws.ptr);
+  arr->shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
+  arr->ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
+  arr->ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
+  arr->ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
+  arr->ptr_sfa = reinterpret_cast<const float**>(base + o_ptr_sfa);
+  arr->ptr_sfb = reinterpret_cast<const float**>(base + o_ptr_sfb);
+  arr->stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
+  arr->stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
+  arr->stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
+  arr->layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
+  arr->layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
+  arr->ends = reinterpret_cast<int64_t*>(base + o_ends);
+  arr->total = reinterpret_cast<int64_t*>(base + o_total);
+  arr->sfa = reinterpret_cast<float*>(base + o_sfa);
+  *cutlass_ws = base + o_workspace;
+  return ffi::Error::Success();
+}
+
+// The CUTLASS pointer-array kernel over the arrays a setup kernel wrote (device-only problem shapes; D = acc).
+template <class GemmDef>
+ffi::Error LaunchFp8Grouped(typename GemmDef::Kernel::Arguments& args, const Fp8GroupArrays<GemmDef>& arr,
+                            int64_t g, void* cutlass_ws, cudaStream_t stream) {
+  args.problem_shape = GroupShape{static_cast<int32_t>(g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.mainloop.ptr_SFA = arr.ptr_sfa;
+  args.mainloop.layout_SFA = arr.layout_sfa;
+  args.mainloop.ptr_SFB = arr.ptr_sfb;
+  args.mainloop.layout_SFB = arr.layout_sfb;
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+  return LaunchCutlassKernel<typename GemmDef::Kernel>(args, cutlass_ws, stream, GemmDef::ConfigT::kName);
+}
+
+template <class GemmDef>
+ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
+                             const DeviceInfo& dev) {
+  using Kernel = typename GemmDef::Kernel;
+  using Arr = Fp8GroupArrays<GemmDef>;
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  const int64_t kb = CeilDiv(c.k, kScaleBlock);
   Arr arr;
-  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
-  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
-  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
-  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
-  arr.ptr_sfa = reinterpret_cast<const float**>(base + o_ptr_sfa);
-  arr.ptr_sfb = reinterpret_cast<const float**>(base + o_ptr_sfb);
-  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
-  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
-  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
-  arr.layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
-  arr.layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
-  arr.ends = reinterpret_cast<int64_t*>(base + o_ends);
-  arr.total = reinterpret_cast<int64_t*>(base + o_total);
-  arr.sfa = reinterpret_cast<float*>(base + o_sfa);
-  void* workspace = base + o_workspace;
+  void* workspace = nullptr;
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8", c.g, static_cast<size_t>(c.m * kb),
+                                              Kernel::get_workspace_size(args), dev.sm_count, &arr, &workspace));
 
   // 1. Per-group metadata.
   Fp8SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
@@ -227,23 +256,7 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
 
   // 4. The grouped GEMM with device-only problem shapes.
-  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
-  args.mainloop.ptr_A = arr.ptr_a;
-  args.mainloop.dA = arr.stride_a;
-  args.mainloop.ptr_B = arr.ptr_b;
-  args.mainloop.dB = arr.stride_b;
-  args.mainloop.ptr_SFA = arr.ptr_sfa;
-  args.mainloop.layout_SFA = arr.layout_sfa;
-  args.mainloop.ptr_SFB = arr.ptr_sfb;
-  args.mainloop.layout_SFB = arr.layout_sfb;
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = arr.ptr_d;
-  args.epilogue.dD = arr.stride_d;
-
-  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
+  return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
@@ -460,41 +473,10 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
   JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
-  const size_t workspace_bytes = Kernel::get_workspace_size(args);
-  const size_t ng = static_cast<size_t>(c.g);
-  WorkspaceCarver carve;
-  const size_t o_shapes = carve.take(ng * sizeof(typename Arr::Shape));
-  const size_t o_ptr_a = carve.take(ng * sizeof(void*));
-  const size_t o_ptr_b = carve.take(ng * sizeof(void*));
-  const size_t o_ptr_d = carve.take(ng * sizeof(void*));
-  const size_t o_ptr_sfa = carve.take(ng * sizeof(void*));
-  const size_t o_ptr_sfb = carve.take(ng * sizeof(void*));
-  const size_t o_stride_a = carve.take(ng * sizeof(typename Arr::StrideA));
-  const size_t o_stride_b = carve.take(ng * sizeof(typename Arr::StrideB));
-  const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
-  const size_t o_layout_sfa = carve.take(ng * sizeof(typename Arr::LayoutSFA));
-  const size_t o_layout_sfb = carve.take(ng * sizeof(typename Arr::LayoutSFB));
-  const size_t o_workspace = carve.take(workspace_bytes);
-  if (carve.offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
-    return invalid("grouped_gemm_fp8_wgrad: the workspace output has " + std::to_string(ws.bytes) +
-                   " bytes (256-byte aligned needed), this call needs " + std::to_string(carve.offset) +
-                   " (G=" + std::to_string(c.g) + ", " + std::to_string(dev.sm_count) + " SMs)");
-  }
-  char* base = static_cast<char*>(ws.ptr);
-  Arr arr{};
-  arr.shapes = reinterpret_cast<typename Arr::Shape*>(base + o_shapes);
-  arr.ptr_a = reinterpret_cast<const typename Arr::ElementA**>(base + o_ptr_a);
-  arr.ptr_b = reinterpret_cast<const typename Arr::ElementB**>(base + o_ptr_b);
-  arr.ptr_d = reinterpret_cast<typename Arr::ElementD**>(base + o_ptr_d);
-  arr.ptr_sfa = reinterpret_cast<const float**>(base + o_ptr_sfa);
-  arr.ptr_sfb = reinterpret_cast<const float**>(base + o_ptr_sfb);
-  arr.stride_a = reinterpret_cast<typename Arr::StrideA*>(base + o_stride_a);
-  arr.stride_b = reinterpret_cast<typename Arr::StrideB*>(base + o_stride_b);
-  arr.stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
-  arr.layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
-  arr.layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
-  void* workspace = base + o_workspace;
-
+  Arr arr;
+  void* workspace = nullptr;
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8_wgrad", c.g, 0, Kernel::get_workspace_size(args),
+                                              dev.sm_count, &arr, &workspace));
   Fp8WgradSetupKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.plan, c.g, c.k, c.n, c.p, static_cast<const typename Arr::ElementA*>(c.a),
       static_cast<const typename Arr::ElementB*>(c.b), c.a_scale, c.b_scale, static_cast<typename Arr::ElementD*>(c.d));
@@ -507,22 +489,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
         static_cast<uint4*>(c.d), c.plan, c.g, vecs);
     JMF_CUDA_CHECK_LAUNCH("ZeroEmptyWgradGroupsKernel launch");
   }
-  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
-  args.mainloop.ptr_A = arr.ptr_a;
-  args.mainloop.dA = arr.stride_a;
-  args.mainloop.ptr_B = arr.ptr_b;
-  args.mainloop.dB = arr.stride_b;
-  args.mainloop.ptr_SFA = arr.ptr_sfa;
-  args.mainloop.layout_SFA = arr.layout_sfa;
-  args.mainloop.ptr_SFB = arr.ptr_sfb;
-  args.mainloop.layout_SFB = arr.layout_sfb;
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
-  args.epilogue.ptr_D = arr.ptr_d;
-  args.epilogue.dD = arr.stride_d;
-  return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
+  return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
 // JAX_MOE_FFI_FP8_WGRAD_TILES = coop (default) | pingpong, read once. Unlike the bf16 wgrad (ping-pong: a short

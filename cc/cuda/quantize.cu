@@ -370,6 +370,48 @@ __device__ __forceinline__ void store_transposed8x8(uint8_t* out, int64_t rows, 
   }
 }
 
+// Per-column maxima of a warp's 32 rows: lanes k, k + 8, k + 16, k + 24 hold the same columns.
+template <typename In>
+__device__ __forceinline__ void warp_col_maxima(uint32_t* cm) {
+#pragma unroll
+  for (int j = 0; j < In::kW; ++j) {
+    cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 8));
+    cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 16));
+  }
+}
+
+// ... then across the 4 row warps of a 128-row band through shared memory `red` ([row warp][column warp][lane
+// column][word]); one __syncthreads.
+template <typename In>
+__device__ __forceinline__ void band_col_maxima(uint32_t* cm, uint32_t* red, int wr, int wc, int sl, int k) {
+  constexpr int kW = In::kW;
+  uint32_t* red_w = red + ((wr * 2 + wc) * 8 + k) * kW;
+  if (sl == 0) {
+#pragma unroll
+    for (int j = 0; j < kW; ++j) red_w[j] = cm[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int rw = 0; rw < 4; ++rw) {
+    const uint32_t* red_g = red + ((rw * 2 + wc) * 8 + k) * kW;
+#pragma unroll
+    for (int j = 0; j < kW; ++j) cm[j] = In::max(cm[j], red_g[j]);
+  }
+}
+
+// Eight float32 scales (bits) of columns c0 .. c0 + 7 at s[c0 ..] (two 16-byte stores when kVec).
+template <bool kVec>
+__device__ __forceinline__ void store_scales8(uint32_t* s, int64_t c0, int64_t cols, const uint32_t* out) {
+  if (kVec) {
+    reinterpret_cast<uint4*>(s + c0)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    reinterpret_cast<uint4*>(s + c0)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (c0 + j < cols) s[c0 + j] = out[j];
+  }
+}
+
 enum Band { kCol32 = 0, kCol128 = 1, kTile128 = 2 };
 
 // x viewed as [batch, rows, cols], walked in 128 x 128 tiles (see the header comment for the layout).
@@ -434,27 +476,11 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
       for (int j = 0; j < 8; ++j) m[j] = code.m;
       if (code.nan) nan_lo = nan_hi = kFull;
     } else {
-      // Column maxima over the warp's 32 rows: lanes k, k + 8, k + 16, k + 24 hold the same columns.
-#pragma unroll
-      for (int j = 0; j < kW; ++j) {
-        cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 8));
-        cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 16));
-      }
+      warp_col_maxima<In>(cm);
       int64_t srow;  // row of the scale array
       bool writer;   // this lane writes its 8 columns' scales
       if (kBand == kCol128) {
-        uint32_t* red_w = red[buf] + ((wr * 2 + wc) * 8 + k) * kW;
-        if (sl == 0) {
-#pragma unroll
-          for (int j = 0; j < kW; ++j) red_w[j] = cm[j];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          const uint32_t* red_g = red[buf] + ((g * 2 + wc) * 8 + k) * kW;
-#pragma unroll
-          for (int j = 0; j < kW; ++j) cm[j] = In::max(cm[j], red_g[j]);
-        }
+        band_col_maxima<In>(cm, red[buf], wr, wc, sl, k);
         srow = b * nbr + tr;
         writer = wr == 0 && sl == 0;
       } else {
@@ -482,15 +508,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
               if (c0 + j < cols) s[j] = static_cast<uint8_t>(out[j]);
           }
         } else {
-          uint32_t* s = static_cast<uint32_t*>(scale) + srow * cols + c0;
-          if (kVec) {
-            reinterpret_cast<uint4*>(s)[0] = make_uint4(out[0], out[1], out[2], out[3]);
-            reinterpret_cast<uint4*>(s)[1] = make_uint4(out[4], out[5], out[6], out[7]);
-          } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-              if (c0 + j < cols) s[j] = out[j];
-          }
+          store_scales8<kVec>(static_cast<uint32_t*>(scale) + srow * cols, c0, cols, out);
         }
       }
     }
@@ -558,23 +576,8 @@ __global__ void __launch_bounds__(kThreads) groups_t_kernel(const typename In::S
     for (int j = 0; j < kW; ++j) cm[j] = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) absmax_into<In>(cm, w[i]);
-#pragma unroll
-    for (int j = 0; j < kW; ++j) {
-      cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 8));
-      cm[j] = In::max(cm[j], __shfl_xor_sync(kFull, cm[j], 16));
-    }
-    uint32_t* red_w = red[buf] + ((wr * 2 + wc) * 8 + k) * kW;
-    if (sl == 0) {
-#pragma unroll
-      for (int j = 0; j < kW; ++j) red_w[j] = cm[j];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rw = 0; rw < 4; ++rw) {
-      const uint32_t* red_g = red[buf] + ((rw * 2 + wc) * 8 + k) * kW;
-#pragma unroll
-      for (int j = 0; j < kW; ++j) cm[j] = In::max(cm[j], red_g[j]);
-    }
+    warp_col_maxima<In>(cm);
+    band_col_maxima<In>(cm, red[buf], wr, wc, sl, k);
     float m[8];
     uint32_t out[8], nan_lo = 0, nan_hi = 0;
 #pragma unroll
@@ -584,17 +587,7 @@ __global__ void __launch_bounds__(kThreads) groups_t_kernel(const typename In::S
       out[j] = code.out;
       if (code.nan) (j < 4 ? nan_lo : nan_hi) |= 0xffu << (8 * (j % 4));
     }
-    if (wr == 0 && sl == 0 && c0 < cols) {
-      uint32_t* s = static_cast<uint32_t*>(scale) + b * cols + c0;
-      if (kVec) {
-        reinterpret_cast<uint4*>(s)[0] = make_uint4(out[0], out[1], out[2], out[3]);
-        reinterpret_cast<uint4*>(s)[1] = make_uint4(out[4], out[5], out[6], out[7]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          if (c0 + j < cols) s[j] = out[j];
-      }
-    }
+    if (wr == 0 && sl == 0 && c0 < cols) store_scales8<kVec>(static_cast<uint32_t*>(scale) + b * cols, c0, cols, out);
     uint2 q[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {

@@ -378,7 +378,7 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
         multiplied in bf16). See `jax_moe_ffi.ops.grouped_gemm_fp8`.
       fp8_grad_dtype: with a recipe, the FP8 format of the incoming gradient: "e4m3" or "e5m2".
       fp8_wgrad: with recipe="blockwise", the weight gradient in FP8 too (1 x 128 blocks along each group's
-        tokens, groups padded to 128 tokens). Off by default: on the H200 its kernel is only 1.05-1.20x the
+        tokens, groups padded to 128 tokens). Off by default: on the H200 its kernel is only 1.07-1.20x the
         bf16 wgrad and quantising both operands costs more than that (benchmarks/NOTES.md, session 16).
         False: the weight gradient in the input dtype. Ignored by "mxfp8".
     Returns [M, N]; rows at/after sum(group_sizes) are zero.

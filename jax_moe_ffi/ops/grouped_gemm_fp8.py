@@ -13,7 +13,7 @@ both orientations; the forward's one quantisation pass writes the second one too
 each group padded to whole 128-token blocks so that no block straddles two groups, and written transposed
 (quantize_groups_transposed: both operands K-major); `jax_moe_ffi_grouped_gemm_fp8_wgrad` multiplies them with
 per-row scales on both sides. Why not the default: measured on the H200 (session 16), the FP8 wgrad kernel is
-1.05-1.20x the bf16 one (two-sided per-row scales make every 128-token promotion an FMUL + FFMA per accumulator,
+1.07-1.20x the bf16 one (two-sided per-row scales make every 128-token promotion an FMUL + FFMA per accumulator,
 and each group's short contraction leaves a large epilogue), and quantising both operands (~0.35-0.5 ms at the
 benchmark shapes) costs more than it saves.
 
