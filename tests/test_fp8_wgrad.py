@@ -235,3 +235,47 @@ def test_gpu_fp8_wgrad_benchmark_shapes_similarity(shape):
     out = jax.jit(fp8._wgrad_fp8, static_argnums=3)(a, b, sizes, "e4m3")
     ref = jax.jit(lambda a, b, s: jmf.grouped_matmul_wgrad(a, b, s, preferred_element_type=jnp.float32))(a, b, sizes)
     assert similarity_loss(out, ref) < 1e-3
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise(tmp_path):
+    """The overlapped mainloop's two-sided path (per-column B scales, promoted from the stage before its release)
+    computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop, which runs in a subprocess
+    (JAX_MOE_FFI_FP8_MAINLOOP is read once per process) on the same quantised operands. Scales spread over
+    2^-8 .. 2^8 per block, so a scale applied to the wrong row, column or block would show."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.environ.get("JAX_MOE_FFI_FP8_MAINLOOP", "overlap")
+    other = "overlap" if here == "cutlass" else "cutlass"
+    cases = [(0, 3000, 256, 384, 7, "e4m3"), (1, 1000, 128, 136, 3, "e5m2"), (2, 5000, 512, 256, 12, "e4m3")]
+    mine = []
+    for i, (seed, m, k, n, g, fmt) in enumerate(cases):
+        rng = np.random.default_rng(seed)
+        a = jnp.asarray(rng.standard_normal((m, k)) * np.exp2(rng.integers(-8, 9, (m // 64 + 1, 1))).repeat(64, 0)[:m],
+                        jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((m, n)) * np.exp2(rng.integers(-8, 9, (1, n))), jnp.bfloat16)
+        sizes = jnp.asarray(random_sizes(rng, m, g))
+        at, sat, plan = quantize_groups_transposed(a, sizes)
+        bt, sbt, _ = quantize_groups_transposed(b, sizes, dtype=fmt)
+        np.savez(tmp_path / f"in{i}.npz", at=bits(at), sat=np.asarray(sat), bt=bits(bt), sbt=np.asarray(sbt),
+                 plan=np.asarray(plan))
+        mine.append(np.asarray(jax.jit(fp8._fp8_wgrad_call)(at, sat, bt, sbt, plan).view(jnp.uint16)))
+    script = f"""
+import jax, jax.numpy as jnp, numpy as np
+from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+fmts = {[c[5] for c in cases]!r}
+dt = {{"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}}
+for i in range({len(cases)}):
+    d = np.load(r"{tmp_path}/in%d.npz" % i)
+    at = jnp.asarray(d["at"]).view(jnp.float8_e4m3fn); bt = jnp.asarray(d["bt"]).view(dt[fmts[i]])
+    out = jax.jit(fp8._fp8_wgrad_call)(at, jnp.asarray(d["sat"]), bt, jnp.asarray(d["sbt"]), jnp.asarray(d["plan"]))
+    np.save(r"{tmp_path}/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
+"""
+    env = dict(os.environ, JAX_MOE_FFI_FP8_MAINLOOP=other)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=240)
+    for i, case in enumerate(cases):
+        theirs = np.load(tmp_path / f"out{i}.npy")
+        assert np.array_equal(mine[i], theirs), (case, int(np.sum(mine[i] != theirs)))
+        assert np.any(mine[i] != 0)

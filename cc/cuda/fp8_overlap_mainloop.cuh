@@ -17,9 +17,16 @@
 // (the class derives from the one CUTLASS's builder makes). The pipeline contract is the same as
 // CUTLASS's: slices 0..K-2 are released here, the last one by the kernel's mma_tail().
 //
-// Supported: one scale block per k-tile (TileK == ScaleGranularityK) and one B scale per N tile
-// (ScaleGranularityN == TileN) with per-row A scales (ScaleGranularityM < TileM) -- the 1x128 /
-// 128x128 recipe of grouped_gemm_fp8.cu. Anything else fails to compile.
+// Supported: one scale block per k-tile (TileK == ScaleGranularityK) and per-row A scales
+// (ScaleGranularityM < TileM), with either one B scale per N tile (ScaleGranularityN == TileN: the 1x128 /
+// 128x128 recipe of the forward and dgrad) or per-column B scales (ScaleGranularityN == 1: the FP8 weight
+// gradient, 1 x 128 token blocks on both operands). Anything else fails to compile.
+//
+// Per-column B scales ("two-sided"): a thread's slice holds 2 rows x 32 columns per 64-row warp-group tile,
+// so keeping two slices' column scales in registers (as the one-sided path keeps its row scales) would
+// exceed the consumer's register budget. Instead slice t-1 is promoted before its shared-memory stage goes
+// back to the producer, reading both scales from that stage; the promotion is CUTLASS's expression,
+// accum += (slice * scale_a(row)) * scale_b(column), so the result is bitwise CUTLASS's mainloop's.
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -45,8 +52,12 @@ struct OverlappedPromotionMainloop : Base {
 
   static_assert(cute::size<2>(TileShape{}) == Base::ScaleGranularityK,
                 "overlapped promotion: one scale block per k-tile");
-  static_assert(Base::ScaleNsPerTile == 1 && Base::ScaleMsPerTile > 1,
-                "overlapped promotion: per-row A scales and one B scale per N tile");
+  static constexpr bool kTwoSided = Base::ScaleNsPerTile > 1;
+  static_assert(Base::ScaleMsPerTile == cute::size<0>(TileShape{}) || !kTwoSided,
+                "overlapped promotion, two-sided: per-row A scales");
+  static_assert(Base::ScaleMsPerTile > 1 && (Base::ScaleNsPerTile == 1 ||
+                                            Base::ScaleNsPerTile == cute::size<1>(TileShape{})),
+                "overlapped promotion: per-row A scales and one B scale per N tile or per column");
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
@@ -84,9 +95,14 @@ struct OverlappedPromotionMainloop : Base {
     CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
     CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
 
-    // Two slice accumulators and the combined scale of the slice each one holds.
+    // Two slice accumulators and (one-sided) the combined scale of the slice each one holds.
     Tensor slice0 = make_fragment_like(accum);
     Tensor slice1 = make_fragment_like(accum);
+    if constexpr (kTwoSided) {
+      mma_two_sided(pipeline, smem_pipe_read, accum, k_tile_count, tiled_mma, tCrA, tCrB, tCsSFA, tCsSFB, slice0,
+                    slice1);
+      return;
+    }
     Tensor scale0 = make_tensor_like<ElementBlockScale>(tCsSFA(_, _, _, _0{}));  // per row, broadcast over N
     Tensor scale1 = make_tensor_like<ElementBlockScale>(tCsSFA(_, _, _, _0{}));
     Tensor scale_b = make_tensor_like<ElementBlockScale>(tCsSFB(_, _, _, _0{}));  // one value per tile
@@ -154,6 +170,74 @@ struct OverlappedPromotionMainloop : Base {
       issue(slice0, scale0);
       release_previous();
       promote(slice1, scale1);
+      --remaining;
+    }
+    warpgroup_fence_operand(accum);
+  }
+
+  // Per-column B scales: slice t's wgmmas are issued, slice t-1 (complete after warpgroup_wait<1>) is promoted
+  // with the scales of its own stage, and only then is that stage released. The last slice is promoted here
+  // and released by the kernel's mma_tail(), as in CUTLASS's mainloop.
+  template <class FrgTensorC, class Mma, class FrgA, class FrgB, class ScalesA, class ScalesB, class Slice>
+  CUTLASS_DEVICE void mma_two_sided(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                                    int k_tile_count, Mma& tiled_mma, FrgA& tCrA, FrgB& tCrB, ScalesA& tCsSFA,
+                                    ScalesB& tCsSFB, Slice& slice0, Slice& slice1) {
+    using namespace cute;
+    PipelineState smem_pipe_release = smem_pipe_read;
+    auto issue = [&](auto& slice) {
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      const int stage = smem_pipe_read.index();
+      warpgroup_fence_operand(slice);
+      warpgroup_arrive();
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+        cute::gemm(tiled_mma, tCrA(_, _, k_block, stage), tCrB(_, _, k_block, stage), slice);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(slice);
+      ++smem_pipe_read;
+    };
+    // accum += slice * scale_a * scale_b, the scales read from the (not yet released) stage of that slice.
+    auto promote = [&](auto& slice) {
+      const int stage = smem_pipe_release.index();
+      Tensor sa = tCsSFA(_, _, _, make_coord(_0{}, stage));
+      Tensor sb = tCsSFB(_, _, _, make_coord(_0{}, stage));
+      warpgroup_fence_operand(slice);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += slice(i) * sa(i) * sb(i);
+    };
+    auto release = [&]() {
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    };
+
+    clear(accum);
+    warpgroup_fence_operand(accum);
+    if (k_tile_count <= 0) return;
+    issue(slice0);
+    int remaining = k_tile_count - 1;
+    CUTLASS_PRAGMA_NO_UNROLL
+    while (true) {
+      if (remaining == 0) {
+        warpgroup_wait<0>();
+        promote(slice0);
+        break;
+      }
+      issue(slice1);
+      warpgroup_wait<1>();
+      promote(slice0);
+      release();
+      if (--remaining == 0) {
+        warpgroup_wait<0>();
+        promote(slice1);
+        break;
+      }
+      issue(slice0);
+      warpgroup_wait<1>();
+      promote(slice1);
+      release();
       --remaining;
     }
     warpgroup_fence_operand(accum);

@@ -509,23 +509,31 @@ bool UsePingpongFp8WgradTiles() {
   return pingpong;
 }
 
+// The consumer mainloop follows JAX_MOE_FFI_FP8_MAINLOOP as for the forward: ours (overlapped promotion, its
+// two-sided path: per-column B scales) by default, CUTLASS's with =cutlass. Bitwise the same (GPU test).
 ffi::Error DispatchFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradCall& c, const DeviceInfo& dev,
                             bool dout_e5m2) {
   using E4M3 = cutlass::float_e4m3_t;
   using E5M2 = cutlass::float_e5m2_t;
   using BF16 = cutlass::bfloat16_t;
+  const bool overlap = UseOverlapMainloop();
+  const bool pingpong = UsePingpongFp8WgradTiles();
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
-  if (dout_e5m2 || UsePingpongFp8WgradTiles()) {
+  if (dout_e5m2 || pingpong || !overlap) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
-                      "its FP8 wgrad has E4M3 gradients and cooperative tiles only; rebuild without it");
+                      "its FP8 wgrad has E4M3 gradients, cooperative tiles and the overlapped mainloop only; "
+                      "rebuild without it");
   }
-  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
+  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopOverlapConfig, 1>>(stream, ws, c, dev);
 #else
-  if (dout_e5m2) return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
-  if (UsePingpongFp8WgradTiles())
-    return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
-  return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
+  if (pingpong) return RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongConfig, 1>>(stream, ws, c, dev);
+  if (!overlap) {
+    return dout_e5m2 ? RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev)
+                     : RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopConfig, 1>>(stream, ws, c, dev);
+  }
+  return dout_e5m2 ? RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E5M2, BF16, Fp8CoopOverlapConfig, 1>>(stream, ws, c, dev)
+                   : RunFp8Wgrad<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopOverlapConfig, 1>>(stream, ws, c, dev);
 #endif
 }
 
