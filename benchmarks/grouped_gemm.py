@@ -9,9 +9,9 @@ Writes benchmarks/results/grouped_gemm_<machine>.{json,md,png} (grouped_gemm_fp8
 With --recipe blockwise the rows are: `ours` (bf16), `ours_fp8` (the FP8 kernel on operands quantised
 beforehand: the GEMM alone), `ours_fp8_with_quant` (grouped_matmul(recipe="blockwise") from bf16 operands:
 quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing; bf16 weight gradient, the default),
-`ours_fp8_fp8_wgrad` (fwd_bwd: the same with the FP8 weight gradient, fp8_wgrad=True), `dense_fp8` (XLA's dense FP8 matmul of
-equal FLOPs) and the same anchors as the bf16 run. `--passes wgrad` times the weight gradient alone (`ours` bf16,
-`ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation).
+`ours_fp8_fp8_wgrad` (fwd_bwd: the same with the FP8 weight gradient, fp8_wgrad=True), `dense_fp8` (XLA's
+dense FP8 matmul of equal FLOPs) and the same anchors as the bf16 run. `--passes wgrad` times the weight
+gradient alone (`ours` bf16, `ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation).
 """
 from __future__ import annotations
 
