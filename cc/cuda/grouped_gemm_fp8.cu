@@ -424,8 +424,12 @@ __global__ void __launch_bounds__(kSetupThreads)
                         const float* b_scale, typename Fp8GroupArrays<GemmDef>::ElementD* d) {
   using Arr = Fp8GroupArrays<GemmDef>;
   const int32_t* block_off = plan + num_groups + 1;
+  const int64_t p_blocks = p / kScaleBlock;
+  // Offsets clamped to [0, P/128] and made non-decreasing: a plan that did not come from quantize_groups_t
+  // cannot make the kernel read outside the operands (quantize_groups_t's plans are unchanged by this).
+  auto clamp_block = [p_blocks](int64_t v, int64_t lo) { return v < lo ? lo : (v > p_blocks ? p_blocks : v); };
   for (int64_t g = threadIdx.x; g < num_groups; g += blockDim.x) {
-    const int64_t b0 = block_off[g], blocks = block_off[g + 1] - b0;
+    const int64_t b0 = clamp_block(block_off[g], 0), blocks = clamp_block(block_off[g + 1], b0) - b0;
     const int64_t tokens = blocks * kScaleBlock;
     arr.shapes[g] = blocks > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n), static_cast<int>(tokens))
                                : typename Arr::Shape(0, 0, 0);
@@ -447,10 +451,14 @@ __global__ void __launch_bounds__(kSetupThreads)
 // out[g] = 0 for every group without tokens: blockIdx.y is the group, 16-byte stores over its [K, N] block.
 __global__ void __launch_bounds__(kZeroThreads)
     ZeroEmptyWgradGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ plan, int64_t num_groups,
-                               int64_t vecs_per_group) {
+                               int64_t p_blocks, int64_t vecs_per_group) {
   const int64_t g = blockIdx.y;
   const int32_t* block_off = plan + num_groups + 1;
-  if (block_off[g + 1] != block_off[g]) return;
+  // The setup kernel's clamped offsets: group g has blocks iff its end passes its (clamped) start.
+  int64_t b0 = block_off[g];
+  b0 = b0 < 0 ? 0 : (b0 > p_blocks ? p_blocks : b0);
+  const int64_t b1 = block_off[g + 1] > p_blocks ? p_blocks : block_off[g + 1];
+  if (b1 > b0) return;
   uint4* o = out + g * vecs_per_group;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs_per_group;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -486,7 +494,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
     int64_t bx = CeilDiv(vecs, kZeroThreads);
     bx = bx > 8 ? 8 : bx;
     ZeroEmptyWgradGroupsKernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c.g)), kZeroThreads, 0, stream>>>(
-        static_cast<uint4*>(c.d), c.plan, c.g, vecs);
+        static_cast<uint4*>(c.d), c.plan, c.g, c.p / kScaleBlock, vecs);
     JMF_CUDA_CHECK_LAUNCH("ZeroEmptyWgradGroupsKernel launch");
   }
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
@@ -591,8 +599,9 @@ ffi::Error GroupedGemmFp8WgradImpl(cudaStream_t stream, ffi::AnyBuffer lhs_t, ff
     return invalid("grouped_gemm_fp8_wgrad: K and N must be multiples of 8 on CUDA (16-byte output rows), got K=" +
                    std::to_string(k) + " N=" + std::to_string(n));
   }
-  if (k > kInt32Max || n > kInt32Max || p > kInt32Max || g > kInt32Max) {
-    return invalid("grouped_gemm_fp8_wgrad: K, N, P and G must each be < 2^31 on CUDA");
+  if (k > kInt32Max || n > kInt32Max || p > kInt32Max || g > 65535) {
+    return invalid("grouped_gemm_fp8_wgrad: K, N and P must each be < 2^31 and G <= 65535 on CUDA, got G=" +
+                   std::to_string(g));
   }
   if (g == 0 || k == 0 || n == 0) return ffi::Error::Success();
   if (!Aligned16(lhs_t.untyped_data()) || !Aligned16(dout_t.untyped_data()) || !Aligned16(out->untyped_data())) {

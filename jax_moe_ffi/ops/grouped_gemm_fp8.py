@@ -144,8 +144,8 @@ def _weight_quant(rhs, transpose_rhs: bool):
     transposed; the tile kernel writes that copy itself (quantize_tiles_transposed) instead of leaving XLA a
     transpose over the FP8 codes.
 
-    Made outside the custom_vjp, from stop_gradient(rhs) (the weight gradient is the bf16 wgrad of lhs and
-    dout, not a derivative through the quantiser), and tagged "moe_fp8_weights" (runtime.FP8_WEIGHTS_NAME): a
+    Made outside the custom_vjp, from stop_gradient(rhs) (the weight gradient is the wgrad of lhs and dout,
+    bf16 or FP8, not a derivative through the quantiser), and tagged "moe_fp8_weights" (runtime.FP8_WEIGHTS_NAME): a
     jax.checkpoint policy that saves the tag (optimize(offload="device"), or {"moe_fp8_weights": "device"})
     keeps both for the backward instead of quantising the weights again in the recompute; inside the custom_vjp
     they would be invisible to the policy. Both orientations are written even when nothing is differentiated.
