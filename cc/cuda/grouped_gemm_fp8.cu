@@ -316,7 +316,7 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
 #endif
 }
 
-std::string ExpectDims(const char* name, ffi::AnyBuffer::Dimensions got,
+std::string ExpectDims(const char* op, const char* name, ffi::AnyBuffer::Dimensions got,
                        std::initializer_list<int64_t> want) {
   bool ok = got.size() == want.size();
   size_t i = 0;
@@ -328,7 +328,7 @@ std::string ExpectDims(const char* name, ffi::AnyBuffer::Dimensions got,
   std::string s = "[";
   i = 0;
   for (int64_t w : want) s += (i++ ? "," : "") + std::to_string(w);
-  return std::string("grouped_gemm_fp8: ") + name + " must be " + s + "], got " + dims_str(got);
+  return std::string(op) + ": " + name + " must be " + s + "], got " + dims_str(got);
 }
 
 ffi::Error GroupedGemmFp8Impl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer lhs_scale,
@@ -347,10 +347,10 @@ ffi::Error GroupedGemmFp8Impl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyB
   }
   const int64_t kb = CeilDiv(k, kScaleBlock), nb = CeilDiv(n, kScaleBlock);
   for (const std::string& e :
-       {ExpectDims("lhs_scale", lhs_scale.dimensions(), {m, kb}),
-        ExpectDims("rhs_scale", rhs_scale.dimensions(), {g, kb, nb}),
-        ExpectDims("group_sizes", group_sizes.dimensions(), {g}),
-        ExpectDims("out", out->dimensions(), {m, n})}) {
+       {ExpectDims("grouped_gemm_fp8", "lhs_scale", lhs_scale.dimensions(), {m, kb}),
+        ExpectDims("grouped_gemm_fp8", "rhs_scale", rhs_scale.dimensions(), {g, kb, nb}),
+        ExpectDims("grouped_gemm_fp8", "group_sizes", group_sizes.dimensions(), {g}),
+        ExpectDims("grouped_gemm_fp8", "out", out->dimensions(), {m, n})}) {
     if (!e.empty()) return invalid(e);
   }
   const ffi::DataType a_t = lhs.element_type();
@@ -576,10 +576,10 @@ ffi::Error GroupedGemmFp8WgradImpl(cudaStream_t stream, ffi::AnyBuffer lhs_t, ff
     return invalid("grouped_gemm_fp8_wgrad: lhs_t [K,P] and dout_t [N,P] need the same P, a multiple of 128, got " +
                    dims_str(ad) + " and " + dims_str(bd));
   }
-  for (const std::string& e : {ExpectDims("lhs_t_scale", lhs_t_scale.dimensions(), {p / kScaleBlock, k}),
-                               ExpectDims("dout_t_scale", dout_t_scale.dimensions(), {p / kScaleBlock, n}),
-                               ExpectDims("plan", plan.dimensions(), {2, g + 1}),
-                               ExpectDims("out", od, {g, k, n})}) {
+  for (const std::string& e : {ExpectDims("grouped_gemm_fp8_wgrad", "lhs_t_scale", lhs_t_scale.dimensions(), {p / kScaleBlock, k}),
+                               ExpectDims("grouped_gemm_fp8_wgrad", "dout_t_scale", dout_t_scale.dimensions(), {p / kScaleBlock, n}),
+                               ExpectDims("grouped_gemm_fp8_wgrad", "plan", plan.dimensions(), {2, g + 1}),
+                               ExpectDims("grouped_gemm_fp8_wgrad", "out", od, {g, k, n})}) {
     if (!e.empty()) return invalid(e);
   }
   if (lhs_t.element_type() != ffi::DataType::F8E4M3FN) {

@@ -327,7 +327,7 @@ def quantize_groups_transposed(x, group_sizes, *, dtype="e4m3"):
     """
     op = "quantize_groups_transposed"
     fmt = _fp8_format(dtype)
-    x = _check_x(x, True)
+    x = _check_x(x, False)  # dtype; the rank check is this op's own
     if x.ndim != 2:
         raise ValueError(f"{op}: `x` must be [M, C], got shape {tuple(x.shape)}")
     group_sizes = jnp.asarray(group_sizes)
