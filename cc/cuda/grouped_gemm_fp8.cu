@@ -25,10 +25,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "common/ffi_helpers.h"
 #include "cuda/grouped_gemm_common.cuh"
 #include "cuda/grouped_gemm_kernels.cuh"
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+#include "cuda/experiments/fp8_ceiling.cuh"
+#endif
 #include "xla/ffi/api/ffi.h"
 
 #define JMF_EXPORT extern "C" __attribute__((visibility("default")))
@@ -290,11 +294,55 @@ bool UseOverlapMainloop() {
   return overlap;
 }
 
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// JAX_MOE_FFI_FP8_EXPERIMENT (read on every call; only in a library built with the CMake option):
+//   direct128 | direct128c22 | direct256 | direct256c21: the scale-ignoring ceiling kernels of
+//     experiments/fp8_ceiling.cuh (wrong answers by design);
+//   overlap128c22: the default kernel on a 2x2 cluster (both operands multicast);
+//   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape.
+template <class ElementA>
+bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
+                      ffi::Error* result) {
+  using E4M3 = cutlass::float_e4m3_t;
+  using BF16 = cutlass::bfloat16_t;
+  const char* v = std::getenv("JAX_MOE_FFI_FP8_EXPERIMENT");
+  const std::string which(v != nullptr ? v : "");
+  if (which == "direct128") {
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<128, 1, 2>>>(
+        stream, ws, c, dev);
+  } else if (which == "direct256") {
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 1, 2>>>(
+        stream, ws, c, dev);
+  } else if (which == "direct128c22") {
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<128, 2, 2>>>(
+        stream, ws, c, dev);
+  } else if (which == "overlap128c22") {  // correct numerics: the default kernel on a 2x2 cluster
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapC22Config>>(
+        stream, ws, c, dev);
+  } else if (which == "pingpong") {  // correct numerics: the shipped ping-pong 64x128 overlap kernel
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
+        stream, ws, c, dev);
+  } else if (which == "direct256c21") {
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
+        stream, ws, c, dev);
+  } else {
+    return false;
+  }
+  return true;
+}
+#endif
+
 template <class ElementA>
 ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
                             const DeviceInfo& dev) {
   using E4M3 = cutlass::float_e4m3_t;
   using BF16 = cutlass::bfloat16_t;
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  if constexpr (std::is_same_v<ElementA, E4M3>) {
+    ffi::Error experiment_result;
+    if (RunFp8Experiment<ElementA>(stream, ws, c, dev, &experiment_result)) return experiment_result;
+  }
+#endif
   const bool small = UseSmallFp8Tiles(c);
   if (UseOverlapMainloop()) {
     return small ? RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(

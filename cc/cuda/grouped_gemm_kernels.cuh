@@ -193,6 +193,17 @@ struct Fp8PingpongConfigT {
 using Fp8PingpongConfig = Fp8PingpongConfigT<false>;
 using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 
+// The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
+// experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.
+template <class Config, class Builder, class = void>
+struct PickFp8Mainloop {
+  using type = std::conditional_t<Config::kOverlap, OverlappedPromotionMainloop<Builder>, Builder>;
+};
+template <class Config, class Builder>
+struct PickFp8Mainloop<Config, Builder, std::void_t<typename Config::template Mainloop<Builder>>> {
+  using type = typename Config::template Mainloop<Builder>;
+};
+
 // kScaleN: B's scale granularity along N -- 128 (weights: 128 x 128 tiles) or 1 (the weight gradient, where B
 // is the incoming gradient transposed with one scale per row and 128-token block; CUTLASS's mainloop only).
 template <class ElementA, class ElementB, class ElementOut, class Config, int kScaleN = 128>
@@ -229,8 +240,7 @@ struct GroupedGemmFp8Blockwise {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
-  using CollectiveMainloop = std::conditional_t<Config::kOverlap, OverlappedPromotionMainloop<BuilderMainloop>,
-                                                BuilderMainloop>;
+  using CollectiveMainloop = typename PickFp8Mainloop<Config, BuilderMainloop>::type;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
                                                       CollectiveEpilogue>;
