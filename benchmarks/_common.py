@@ -214,9 +214,10 @@ def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title
              f"Device: {meta['device']} ({meta['backend']}), jax {meta['jax']}, jaxlib {meta['jaxlib']}, "
              f"{meta['date']}"]
     # settings that change what was measured: say them next to the command
-    if meta.get("xla_flags"):
+    flags = meta.get("xla_flags") or meta.get("XLA_FLAGS")  # scripts' own key, or metadata()'s environment copy
+    if flags:
         lines[-1] += "  "
-        lines.append(f"XLA_FLAGS: `{meta['xla_flags']}`")
+        lines.append(f"XLA_FLAGS: `{flags}`")
     if meta.get("jmf_env"):
         lines[-1] += "  "
         lines.append("Environment: " + ", ".join(f"`{k}={v}`" for k, v in meta["jmf_env"].items()))

@@ -247,7 +247,7 @@ def test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise(tmp_path):
     import subprocess
     import sys
 
-    here = os.environ.get("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "cutlass")
+    here = os.environ.get("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "overlap")
     other = "overlap" if here == "cutlass" else "cutlass"
     cases = [(0, 3000, 256, 384, 7, "e4m3"), (1, 1000, 128, 136, 3, "e5m2"), (2, 5000, 512, 256, 12, "e4m3")]
     mine = []

@@ -420,3 +420,87 @@ def test_pass_offload_device_keeps_the_fp8_weights():
     for a, b in zip(jax.tree.leaves(grads[None]), jax.tree.leaves(grads["device"])):
         assert bool(jnp.all(jnp.isfinite(b)))
         assert float(jnp.linalg.norm(a - b) / jnp.linalg.norm(a)) < 1e-4
+
+
+# ------------------------------------------------------------------ weights quantised once (quantize_weights)
+@given(seed=st.integers(0, 2**16), m=st.integers(1, 300), k=st.sampled_from([16, 128, 144, 256]),
+       n=st.sampled_from([8, 128, 136]), g=st.integers(1, 5), transpose=st.booleans())
+def test_cached_fp8_weights_give_the_inline_products_and_gradients(seed, m, k, n, g, transpose):
+    """grouped_matmul(fp8_weights=quantize_weights(rhs)) is the same computation as quantising rhs in the call:
+    outputs and both gradients bitwise equal (CPU), and close to NumPy on the dequantised operands."""
+    a, w, gs = random_case(seed, m, k, n, g)
+    if transpose:
+        w = jnp.swapaxes(w, 1, 2)
+    wq = jmf.quantize_weights(w, transpose_rhs=transpose)
+    f_inline = lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="blockwise", transpose_rhs=transpose)
+    f_cached = lambda a, w: jmf.grouped_matmul(a, w, gs, recipe="blockwise", transpose_rhs=transpose,
+                                               fp8_weights=wq)
+    cot = jnp.asarray(np.random.default_rng(seed + 1).standard_normal((m, n)), jnp.bfloat16)
+    out_i, vjp_i = jax.vjp(f_inline, a, w)
+    out_c, vjp_c = jax.vjp(f_cached, a, w)
+    assert np.array_equal(np.asarray(out_i, np.float32), np.asarray(out_c, np.float32))
+    for gi, gc in zip(vjp_i(cot), vjp_c(cot)):
+        assert gi.shape == gc.shape and np.array_equal(np.asarray(gi, np.float32), np.asarray(gc, np.float32))
+    qa = jmf.quantize(a, "blockwise")
+    qw = jmf.quantize(jnp.swapaxes(w, 1, 2) if transpose else w, "blockwise", block=(128, 128))
+    ref = np_grouped(np_dequant_rows(qa), np_dequant_tiles(qw), gs)
+    if np.linalg.norm(ref) > 0:
+        outn = np.asarray(out_c.astype(jnp.float32), np.float64)
+        assert np.linalg.norm(outn - ref) / np.linalg.norm(ref) < 8e-3
+
+
+def test_cached_fp8_weights_are_used_not_recomputed():
+    """The cached codes are what the product uses: weights quantised from other values give the other product
+    (this is how a stale cache behaves; it must not silently re-quantise rhs)."""
+    a, w, gs = random_case(3, 200, 256, 128, 3)
+    w2 = w * 2.0 + 1.0
+    out_w2 = jmf.grouped_matmul(a, w2, gs, recipe="blockwise")
+    out_cached = jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_weights=jmf.quantize_weights(w2))
+    out_w = jmf.grouped_matmul(a, w, gs, recipe="blockwise")
+    assert np.array_equal(np.asarray(out_cached, np.float32), np.asarray(out_w2, np.float32))
+    assert not np.allclose(np.asarray(out_cached, np.float32), np.asarray(out_w, np.float32))
+
+
+def test_cached_fp8_weights_across_microbatches_in_scan_with_remat():
+    """The use it is for: weights quantised once outside a lax.scan over micro-batches (under jit and
+    jax.checkpoint): per-micro-batch outputs and the summed weight gradient equal the inline calls'."""
+    rng = np.random.default_rng(7)
+    mb, m, k, n, g = 3, 96, 256, 128, 4
+    xs = jnp.asarray(rng.standard_normal((mb, m, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((g, k, n)) / 16, jnp.bfloat16)
+    gs = jnp.asarray([30, 0, 50, 16], jnp.int32)
+
+    def loss(w, cached):
+        wq = jmf.quantize_weights(w) if cached else None
+
+        @jax.checkpoint
+        def body(acc, x):
+            y = jmf.grouped_matmul(x, w, gs, recipe="blockwise", fp8_weights=wq)
+            return acc + jnp.sum(y.astype(jnp.float32) ** 2), y
+
+        total, ys = jax.lax.scan(body, 0.0, xs)
+        return total, ys
+
+    (l_c, ys_c), dw_c = jax.jit(jax.value_and_grad(lambda w: loss(w, True), has_aux=True))(w)
+    (l_i, ys_i), dw_i = jax.jit(jax.value_and_grad(lambda w: loss(w, False), has_aux=True))(w)
+    assert np.array_equal(np.asarray(ys_c, np.float32), np.asarray(ys_i, np.float32))
+    assert float(l_c) == float(l_i) and float(l_c) > 0
+    assert np.array_equal(np.asarray(dw_c, np.float32), np.asarray(dw_i, np.float32))
+    assert float(jnp.abs(dw_c.astype(jnp.float32)).sum()) > 0
+
+
+def test_cached_fp8_weights_bad_input_names_the_argument():
+    a, w, gs = random_case(0, 64, 128, 128, 2)
+    wq = jmf.quantize_weights(w)
+    with pytest.raises(ValueError, match="fp8_weights"):
+        jmf.grouped_matmul(a, w, gs, fp8_weights=wq)  # no recipe
+    with pytest.raises(ValueError, match="fp8_weights"):
+        jmf.grouped_matmul(a, w, gs, recipe="mxfp8", fp8_weights=wq)
+    with pytest.raises(ValueError, match="fp8_weights.*transpose_rhs"):
+        jmf.grouped_matmul(a, jnp.swapaxes(w, 1, 2), gs, recipe="blockwise", transpose_rhs=True, fp8_weights=wq)
+    with pytest.raises(ValueError, match="fp8_weights"):
+        jmf.grouped_matmul(a, w[:1], gs[:1], recipe="blockwise", fp8_weights=wq)
+    with pytest.raises(TypeError, match="fp8_weights"):
+        jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_weights=jmf.quantize(w, "blockwise", block=(128, 128)))
+    with pytest.raises(ValueError, match="rhs"):
+        jmf.quantize_weights(w[0])

@@ -26,9 +26,9 @@
 // so keeping two slices' column scales in registers (as the one-sided path keeps its row scales) would
 // exceed the consumer's register budget. Instead slice t-1 is promoted before its shared-memory stage goes
 // back to the producer, reading both scales from that stage; the promotion is CUTLASS's expression,
-// accum += (slice * scale_a(row)) * scale_b(column), written to be bitwise CUTLASS's mainloop's. Session 16:
-// compiled, not yet run on a GPU (test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise is written);
-// opt-in through JAX_MOE_FFI_FP8_WGRAD_MAINLOOP=overlap until it has passed.
+// accum += (slice * scale_a(row)) * scale_b(column), written to be bitwise CUTLASS's mainloop's
+// (test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise, passed on the H200 in session 17, when it became
+// the FP8 wgrad's default: 2-5% faster than CUTLASS's mainloop on the benchmark shapes).
 #pragma once
 
 #include "cute/tensor.hpp"

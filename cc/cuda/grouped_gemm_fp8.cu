@@ -565,19 +565,19 @@ bool UsePingpongFp8WgradTiles() {
   return pingpong;
 }
 
-// JAX_MOE_FFI_FP8_WGRAD_MAINLOOP = cutlass (default) | overlap, read once: the wgrad's consumer mainloop.
-// `overlap` is fp8_overlap_mainloop.cuh's two-sided path (per-column B scales; session 16): compiled, and its
-// GPU test (bitwise CUTLASS's mainloop) written, but not yet run on a GPU -- the session's device time ran out
-// -- so CUTLASS's stays the default until it has been.
+// JAX_MOE_FFI_FP8_WGRAD_MAINLOOP = overlap (default) | cutlass, read once: the wgrad's consumer mainloop.
+// `overlap` is fp8_overlap_mainloop.cuh's two-sided path (per-column B scales): bitwise CUTLASS's mainloop (GPU
+// test) and 2-5% faster on the benchmark shapes (session 17, H200, alternating A/B:
+// benchmarks/results/fp8_wgrad_mainloop_{overlap,cutlass}_r{1,2}_h200.md).
 bool UseOverlapWgradMainloop() {
   static const bool overlap = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP");
-    const std::string choice(v != nullptr ? v : "cutlass");
+    const std::string choice(v != nullptr ? v : "overlap");
     if (choice != "overlap" && choice != "cutlass") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_MAINLOOP must be cutlass|overlap; unknown value "
-                           "ignored, using cutlass\n");
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_MAINLOOP must be overlap|cutlass; unknown value "
+                           "ignored, using overlap\n");
     }
-    return choice == "overlap";
+    return choice != "cutlass";
   }();
   return overlap;
 }

@@ -365,7 +365,8 @@ _gmm_sum.defvjp(_gmm_sum_fwd, _gmm_sum_bwd)
 
 
 def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe=None,
-                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = False):
+                   transpose_rhs: bool = False, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = False,
+                   fp8_weights=None):
     """Grouped matmul: `out[i] = lhs[i] @ rhs[g(i)]`, the semantics of `jax.lax.ragged_dot`.
 
     Args:
@@ -381,6 +382,9 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
         tokens, groups padded to 128 tokens). Off by default: on the H200 its kernel is only 1.07-1.20x the
         bf16 wgrad and quantising both operands costs more than that (benchmarks/NOTES.md, session 16).
         False: the weight gradient in the input dtype. Ignored by "mxfp8".
+      fp8_weights: with recipe="blockwise", `quantize_weights(rhs, transpose_rhs=...)` made beforehand (e.g. once
+        per step for all micro-batches): used instead of quantising rhs in this call. rhs still receives the
+        weight gradient. None (default): rhs is quantised here.
     Returns [M, N]; rows at/after sum(group_sizes) are zero.
     """
     lhs = jnp.asarray(lhs)
@@ -390,7 +394,9 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
     if recipe is not None:
         from jax_moe_ffi.ops.grouped_gemm_fp8 import grouped_matmul_fp8
         return grouped_matmul_fp8(lhs, rhs, gs, recipe=recipe, out_dtype=odt, transpose_rhs=bool(transpose_rhs),
-                                  grad_dtype=fp8_grad_dtype, fp8_wgrad=fp8_wgrad)
+                                  grad_dtype=fp8_grad_dtype, fp8_wgrad=fp8_wgrad, fp8_weights=fp8_weights)
+    if fp8_weights is not None:
+        raise ValueError("grouped_matmul: `fp8_weights` need recipe='blockwise', got recipe=None")
     return _gmm(lhs, rhs, gs, bool(transpose_rhs), odt)
 
 
