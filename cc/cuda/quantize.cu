@@ -49,6 +49,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -61,7 +62,7 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // rowblock: chunks per thread in flight
+constexpr int kUnrollDefault = 4;  // rowblock: chunks per thread in flight
 constexpr int kTile = 128;  // band kernel: rows and columns of a CTA tile
 constexpr uint32_t kF32NaNBits = 0x7fc00000u;
 constexpr uint32_t kF32OneBits = 0x3f800000u;
@@ -265,6 +266,31 @@ __device__ __forceinline__ uint2 encode8(const uint32_t* w, const float* m) {
   return r;
 }
 
+// x / s correctly rounded (bitwise __fdiv_rn) from r = __frcp_rn(s), for s >= 2^-126 (every blockwise scale):
+// q1 = RN(x r) is within one ulp of x / s, so the residual x - q1 s is exact (it does not underflow when
+// |x| >= 2^-100) and RN(q1 + (x - q1 s) r) is the correctly rounded quotient (Markstein's correction step, with
+// r the correctly rounded reciprocal). Zeros (the sign of -0 / s) and tiny |x| take __fdiv_rn itself.
+// Why: __fdiv_rn per element made the 1 x 128 row quantiser the slowest of the quantise kernels.
+__device__ __forceinline__ float div_by_scale(float x, float s, float r) {
+  if (!(fabsf(x) >= 0x1p-100f)) return __fdiv_rn(x, s);
+  const float q1 = __fmul_rn(x, r);
+  const float e = __fmaf_rn(-q1, s, x);
+  return __fmaf_rn(e, r, q1);
+}
+
+// encode8 for one block factor shared by the chunk, dividing through div_by_scale (kDiv only).
+template <typename In, typename F>
+__device__ __forceinline__ uint2 encode8_div_fast(const uint32_t* w, float s) {
+  const float r = __frcp_rn(s);
+  float q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) q[j] = div_by_scale(In::value(w, j), s, r);
+  uint2 out;
+  out.x = cvt2<F>(q[0], q[1]) | (cvt2<F>(q[2], q[3]) << 16);
+  out.y = cvt2<F>(q[4], q[5]) | (cvt2<F>(q[6], q[7]) << 16);
+  return out;
+}
+
 template <int kMode>
 __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) {
   if (kMode == kMx)
@@ -277,7 +303,8 @@ __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) 
 // x viewed as [rows, cols]; the flat chunk space rows x cpr (cpr = chunks per row, padded to whole
 // blocks) is walked with the grid stride, kUnroll chunks per thread per iteration. `iters` is the same
 // for every thread, so all lanes of a warp reach the shuffles together.
-template <typename In, typename F, int kMode, int kBlock, bool kVec>
+template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
+          bool kFastDiv = false>
 __global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                              int64_t cols, uint8_t* __restrict__ data,
                                                              void* __restrict__ scale, int64_t iters) {
@@ -322,10 +349,15 @@ __global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S
       }
       if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
       const Code code = block_code<F, kMode>(mx);
-      float m[8];
+      uint2 q;
+      if constexpr (kFastDiv && kMode == kDiv) {
+        q = encode8_div_fast<In, F>(w[u], code.m);
+      } else {
+        float m[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) m[j] = code.m;
-      uint2 q = encode8<In, F, kMode>(w[u], m);
+        for (int j = 0; j < 8; ++j) m[j] = code.m;
+        q = encode8<In, F, kMode>(w[u], m);
+      }
       if (code.nan) q = make_uint2(kNaN4, kNaN4);
       store_chunk<kVec>(data + rr[u] * cols, cc[u] * 8, cols, q);
       if (cc[u] % kLanes == 0) store_scale<kMode>(scale, rr[u] * nb + cc[u] / kLanes, code.out);
@@ -643,9 +675,10 @@ int64_t resident_ctas() {
   return static_cast<int64_t>(per_sm) * sms;
 }
 
-template <typename In, typename F, int kMode, int kBlock, bool kVec>
+template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
+          bool kFastDiv = false>
 void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
-  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec>;
+  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec, kUnroll, kFastDiv>;
   const int64_t chunks = rows * cdiv(cols, kBlock) * (kBlock / 8);
   int64_t grid = cdiv(chunks, int64_t{kThreads} * kUnroll);
   const int64_t resident = resident_ctas<kernel>();
@@ -677,6 +710,34 @@ struct Job {
   void* data_t = nullptr;  // 128x128 tiles only: also the transposed codes (then `data` may be null)
 };
 
+
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only) for the 1 x 128 row quantiser:
+// fdiv (the default) | markstein (div_by_scale) | unroll8 | markstein_unroll8.
+std::string QuantRowExperiment() {
+  const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
+  return v != nullptr ? v : "";
+}
+#endif
+
+// 1 x 128 blocks along rows (blockwise activations and gradients).
+template <typename In, typename F, int kMode, bool kVec>
+void launch_rowblock_128(cudaStream_t stream, const Job& j) {
+  const int64_t rows = j.batch * j.rows;
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  if constexpr (kMode == kDiv) {
+    const std::string e = QuantRowExperiment();
+    if (e == "markstein")
+      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, true>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "unroll8")
+      return launch_rowblock<In, F, kMode, 128, kVec, 8, false>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "markstein_unroll8")
+      return launch_rowblock<In, F, kMode, 128, kVec, 8, true>(stream, j.x, rows, j.cols, j.data, j.scale);
+  }
+#endif
+  launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, rows, j.cols, j.data, j.scale);
+}
+
 // Only the meaningful kernels are instantiated: MXFP8 (kMx) has 32-element blocks, blockwise 128.
 template <typename In, typename F, int kMode>
 ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
@@ -693,7 +754,7 @@ ffi::Error run(cudaStream_t stream, const Job& j, bool colwise, bool tiles) {
       else if (colwise)
         launch_band<In, F, kMode, kCol128, kVec>(stream, j.x, j.batch, j.rows, j.cols, j.data, j.scale);
       else
-        launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, j.batch * j.rows, j.cols, j.data, j.scale);
+        launch_rowblock_128<In, F, kMode, kVec>(stream, j);
     }
   };
   if (vec_ok(j.cols, j.x, j.data, j.scale, colwise) && reinterpret_cast<uintptr_t>(j.data_t) % 8 == 0)
