@@ -270,7 +270,10 @@ __device__ __forceinline__ uint2 encode8(const uint32_t* w, const float* m) {
 // q1 = RN(x r) is within one ulp of x / s, so the residual x - q1 s is exact (it does not underflow when
 // |x| >= 2^-100) and RN(q1 + (x - q1 s) r) is the correctly rounded quotient (Markstein's correction step, with
 // r the correctly rounded reciprocal). Zeros (the sign of -0 / s) and tiny |x| take __fdiv_rn itself.
-// Why: __fdiv_rn per element made the 1 x 128 row quantiser the slowest of the quantise kernels.
+// Experiment builds only (JAX_MOE_FFI_QUANT_EXPERIMENT=markstein): tried in session 17 because the 1 x 128 row
+// quantiser runs at ~81% of copy bandwidth against MXFP8's >100%. On the H200 it was bitwise __fdiv_rn (every
+// bf16 pattern, 2^22 float32 patterns near block maxima, the random / special-value cases) but no faster
+// (within 2%: the division is not what limits this kernel), so the default keeps __fdiv_rn.
 __device__ __forceinline__ float div_by_scale(float x, float s, float r) {
   if (!(fabsf(x) >= 0x1p-100f)) return __fdiv_rn(x, s);
   const float q1 = __fmul_rn(x, r);
