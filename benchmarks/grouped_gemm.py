@@ -152,11 +152,12 @@ def main(argv=None):
                     # weights quantised once outside the timing (quantize_weights: once per step for all its
                     # micro-batches); lhs, and in fwd_bwd the gradient, quantised inside; bf16 weight gradient
                     wq = jax.block_until_ready(jmf.quantize_weights(rhs))
-                    f = lambda a, b, s, wq: jmf.grouped_matmul(a, b, s, recipe=recipe, fp8_weights=wq)
+                    cached = lambda a, b, s, wq: jmf.grouped_matmul(a, b, s, recipe=recipe, fp8_weights=wq)
                     if p == "fwd":
-                        fn, a = jax.jit(f), (lhs, rhs, sizes, wq)
+                        fn, a = jax.jit(cached), (lhs, rhs, sizes, wq)
                     else:
-                        fn = jax.jit(lambda a, b, s, cot, wq: fwd_bwd(lambda a, b, s: f(a, b, s, wq))(a, b, s, cot))
+                        fn = jax.jit(lambda a, b, s, cot, wq: fwd_bwd(lambda a, b, s: cached(a, b, s, wq))(a, b, s,
+                                                                                                          cot))
                         a = (lhs, rhs, sizes, cot, wq)
                     ms = _common.time_ms(fn, *a)
                     tf = (flops if p == "fwd" else 3 * flops) / ms / 1e9

@@ -380,7 +380,8 @@ def grouped_matmul(lhs, rhs, group_sizes, *, preferred_element_type=None, recipe
       fp8_grad_dtype: with a recipe, the FP8 format of the incoming gradient: "e4m3" or "e5m2".
       fp8_wgrad: with recipe="blockwise", the weight gradient in FP8 too (1 x 128 blocks along each group's
         tokens, groups padded to 128 tokens). Off by default: on the H200 its kernel is only 1.07-1.20x the
-        bf16 wgrad and quantising both operands costs more than that (benchmarks/NOTES.md, session 16).
+        bf16 wgrad (session 16; 2-5% more with session 17's overlapped mainloop) and quantising both operands
+        costs more than that (benchmarks/NOTES.md).
         False: the weight gradient in the input dtype. Ignored by "mxfp8".
       fp8_weights: with recipe="blockwise", `quantize_weights(rhs, transpose_rhs=...)` made beforehand (e.g. once
         per step for all micro-batches): used instead of quantising rhs in this call. rhs still receives the

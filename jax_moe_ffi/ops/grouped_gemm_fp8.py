@@ -14,8 +14,11 @@ each group padded to whole 128-token blocks so that no block straddles two group
 (quantize_groups_transposed: both operands K-major); `jax_moe_ffi_grouped_gemm_fp8_wgrad` multiplies them with
 per-row scales on both sides. Why not the default: measured on the H200 (session 16), the FP8 wgrad kernel is
 1.07-1.20x the bf16 one (two-sided per-row scales make every 128-token promotion an FMUL + FFMA per accumulator,
-and each group's short contraction leaves a large epilogue), and quantising both operands (0.27-0.52 ms at the
-benchmark shapes) costs more than it saves.
+and each group's short contraction leaves a large epilogue; session 17's overlapped two-sided mainloop added
+2-5%), and quantising both operands (0.27-0.52 ms at the benchmark shapes) costs more than it saves.
+
+Weights quantised once: `quantize_weights(rhs)` -> `Fp8Weights`, passed as `grouped_matmul(..., fp8_weights=)`
+(micro-batches of one step share it; the weight gradient still goes to rhs).
 
 recipe="mxfp8" (OCP MX v1.0, 1 x 32 blocks, E8M0 scales): Hopper has no MX tensor-core instruction.
 Operands are quantised to MXFP8 and dequantised to bf16 (E4M3 times a power of two is exact in bf16
