@@ -504,3 +504,30 @@ def test_cached_fp8_weights_bad_input_names_the_argument():
         jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_weights=jmf.quantize(w, "blockwise", block=(128, 128)))
     with pytest.raises(ValueError, match="rhs"):
         jmf.quantize_weights(w[0])
+
+
+def test_weight_quantisation_is_hoisted_out_of_a_microbatch_scan():
+    """What NOTES / the README say about micro-batches under lax.scan (checked here on the CPU compiler; the GPU
+    pipeline runs the same loop-invariant code motion but is not checked here): with the weight quantised inside
+    the scan body, XLA moves the weight quantisation (quantize_tiles_t) out of the loop, so it runs once per
+    step, while the activations' quantisation stays inside (it depends on the micro-batch)."""
+    import re
+    rng = np.random.default_rng(0)
+    xs = jnp.asarray(rng.standard_normal((4, 256, 256)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((4, 256, 256)), jnp.bfloat16)
+    gs = jnp.asarray([64] * 4, jnp.int32)
+
+    def loss(w, xs):
+        def body(acc, x):
+            y = jmf.grouped_matmul(x, w, gs, recipe="blockwise")
+            return acc + jnp.sum(y.astype(jnp.float32) ** 2), None
+        return jax.lax.scan(body, 0.0, xs)[0]
+
+    hlo = jax.jit(jax.grad(loss)).lower(w, xs).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY"):]
+    entry = entry[: entry.index("\n}") + 2]
+    rest = hlo.replace(entry, "")
+    assert "while(" in entry  # the scan is still a loop
+    assert len(re.findall(r'custom_call_target="jax_moe_ffi_quantize_tiles_t"', entry)) == 1
+    assert "jax_moe_ffi_quantize_tiles_t" not in rest
+    assert "jax_moe_ffi_quantize_blockwise" in rest  # per-micro-batch activations: inside the loop
