@@ -713,7 +713,6 @@ struct Job {
   void* data_t = nullptr;  // 128x128 tiles only: also the transposed codes (then `data` may be null)
 };
 
-
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only) for the 1 x 128 row quantiser:
 // fdiv (the default) | markstein (div_by_scale) | unroll8 | markstein_unroll8.
