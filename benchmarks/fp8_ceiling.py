@@ -11,9 +11,12 @@ same quantised operands, alternating over --rounds:
   direct128c22   the same on a 2x2 cluster
   direct256      128x256 tiles, 1x2, scales ignored
   direct256c21   128x256 tiles, 2x1, scales ignored
+  pertensor128   CUTLASS's per-tensor FP8 kernel (fast accumulation: no promotion, no scale loads), 128x128, 1x2
+  pertensor256c21  the same, 128x256 tiles on a 2x1 cluster (added after session 17's run: not yet measured)
 
-The direct* kernels give wrong answers by design: they are what the tile shape allows with a free promotion
-(same operand and scale loads, pipeline, scheduler and epilogue). Writes benchmarks/results/<out>.{json,md,png}.
+The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
+promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
+any scales does. Writes benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/fp8_ceiling.py --rounds 2
 """
@@ -30,7 +33,8 @@ import numpy as np
 import _common
 import grouped_gemm as gg
 
-VARIANTS = ("default", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21")
+VARIANTS = ("default", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
+            "pertensor128", "pertensor256c21")
 
 
 def main(argv=None):
@@ -61,8 +65,8 @@ def main(argv=None):
                         os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
                     else:
                         os.environ["JAX_MOE_FFI_FP8_EXPERIMENT"] = v
-                    # default and overlap128c22 must equal; a direct* output equal to default would mean the
-                    # variant was not switched (e.g. a replayed CUDA graph): run with command buffers off.
+                    # default and overlap128c22 must equal; a direct* / pertensor* output equal to default would mean
+                    # the variant was not switched (e.g. a replayed CUDA graph): run with command buffers off.
                     got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                     bitwise = bool(np.array_equal(got, want))
                     ms = _common.time_ms(fn, *a)
@@ -74,8 +78,8 @@ def main(argv=None):
                           + f" bitwise_default={bitwise}", flush=True)
             os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
             meta = _common.metadata(sys.argv if argv is None else ["benchmarks/fp8_ceiling.py"] + argv)
-            meta["note"] = ("direct* = scale-ignoring ceiling kernels (wrong answers by design, experiment build "
-                            "-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON); variants alternate within one process")
+            meta["note"] = ("direct* / pertensor* = scale-ignoring ceiling kernels (wrong answers by design, experiment "
+                            "build -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON); variants alternate within one process")
             _common.write_results(args.out, meta, rows, "tflops", "FP8 forward vs its tile's ceilings (TFLOP/s)")
 
 

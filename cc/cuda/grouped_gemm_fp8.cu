@@ -295,11 +295,48 @@ bool UseOverlapMainloop() {
 }
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// The per-tensor fast-accumulation kernel (experiments/fp8_ceiling.cuh) on the arrays the blockwise setup kernel
+// of SetupDef (same tile, same operand layouts and strides) writes; the scale arrays are written and ignored.
+template <class PerTensor, class SetupDef>
+ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
+                                     const DeviceInfo& dev) {
+  using Kernel = typename PerTensor::Kernel;
+  using Arr = Fp8GroupArrays<SetupDef>;
+  static_assert(std::is_same_v<typename Kernel::InternalStrideA, typename Arr::StrideA> &&
+                std::is_same_v<typename Kernel::InternalStrideB, typename Arr::StrideB> &&
+                std::is_same_v<typename Kernel::InternalStrideD, typename Arr::StrideD>,
+                "per-tensor experiment: the blockwise setup's strides must be the kernel's");
+  typename Kernel::Arguments args;
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  Arr arr;
+  void* workspace = nullptr;
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<SetupDef>(ws, "grouped_gemm_fp8", c.g, 0, Kernel::get_workspace_size(args),
+                                               dev.sm_count, &arr, &workspace));
+  Fp8SetupGroupsKernel<SetupDef><<<1, kSetupThreads, 0, stream>>>(
+      arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
+      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale, static_cast<typename Arr::ElementD*>(c.d));
+  JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
+  JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
+  args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
+  args.mainloop.ptr_A = arr.ptr_a;
+  args.mainloop.dA = arr.stride_a;
+  args.mainloop.ptr_B = arr.ptr_b;
+  args.mainloop.dB = arr.stride_b;
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.ptr_d;
+  args.epilogue.dD = arr.stride_d;
+  return LaunchCutlassKernel<Kernel>(args, workspace, stream, PerTensor::kName);
+}
+
 // JAX_MOE_FFI_FP8_EXPERIMENT (read on every call; only in a library built with the CMake option):
 //   direct128 | direct128c22 | direct256 | direct256c21: the scale-ignoring ceiling kernels of
 //     experiments/fp8_ceiling.cuh (wrong answers by design);
 //   overlap128c22: the default kernel on a 2x2 cluster (both operands multicast);
-//   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape.
+//   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
+//   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all).
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -322,6 +359,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "pingpong") {  // correct numerics: the shipped ping-pong 64x128 overlap kernel
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
         stream, ws, c, dev);
+  } else if (which == "pertensor128") {
+    using Setup = GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<128, 1, 2>>;
+    *result = RunFp8PerTensorExperiment<Fp8PerTensorGemm<128, 1, 2>, Setup>(stream, ws, c, dev);
+  } else if (which == "pertensor256c21") {
+    using Setup = GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>;
+    *result = RunFp8PerTensorExperiment<Fp8PerTensorGemm<256, 2, 1>, Setup>(stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
         stream, ws, c, dev);

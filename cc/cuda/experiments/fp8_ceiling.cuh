@@ -88,5 +88,35 @@ struct Fp8CoopOverlapC22Config {
   static constexpr const char* kName = "fp8_blockwise_coop_128x128x128_c2x2_overlap";
 };
 
+// CUTLASS's per-tensor-scaled FP8 pointer-array kernel ("fast accumulation": no promotion, no scale loads at all)
+// at the same tile and cluster shapes: the kernel family behind the 1523 TFLOP/s of CUTLASS's own grouped FP8
+// example on deepseek-v3 gate_up. Against the direct* kernels above (same tile, the blockwise collective's
+// scale loads kept) it says what the blockwise collective's structure itself costs. Wrong answers by design
+// here too (scales ignored; D = acc).
+template <int kTileN, int kClusterM, int kClusterN>
+struct Fp8PerTensorGemm {
+  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::_128>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using ElementA = cutlass::float_e4m3_t;
+  using ElementB = cutlass::float_e4m3_t;
+  using ElementOut = cutlass::bfloat16_t;
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutD = cutlass::layout::RowMajor;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, 8, ElementOut, LayoutD*, 8,
+      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, float, void, float>>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, 16, ElementB, LayoutB*, 16, float,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop, CollectiveEpilogue>;
+  static constexpr const char* kName = "fp8_EXPERIMENT_per_tensor_fast_accum";
+};
+
 }  // namespace cuda
 }  // namespace jax_moe_ffi
