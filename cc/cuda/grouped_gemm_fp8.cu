@@ -263,6 +263,18 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
+// A two-way switch from the environment: true iff `name` is set to `other`. Any value but `fallback` or `other`
+// is said on stderr and read as `fallback` (no silent fallback). Callers cache the answer (read once).
+bool EnvSwitch(const char* name, const char* fallback, const char* other) {
+  const char* v = std::getenv(name);
+  const std::string choice(v != nullptr ? v : fallback);
+  if (choice != fallback && choice != other) {
+    std::fprintf(stderr, "jax_moe_ffi: %s must be %s|%s; unknown value ignored, using %s\n", name, fallback, other,
+                 fallback);
+  }
+  return choice == other;
+}
+
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
 bool UseSmallFp8Tiles(const Fp8Call& c) {
   static const std::string choice = [] {
@@ -282,15 +294,7 @@ bool UseSmallFp8Tiles(const Fp8Call& c) {
 // JAX_MOE_FFI_FP8_MAINLOOP = overlap (default) | cutlass, read once: the consumer mainloop (both tile
 // configs), ours with the promotion overlapping the next slice's wgmmas (fp8_overlap_mainloop.cuh) or CUTLASS's.
 bool UseOverlapMainloop() {
-  static const bool overlap = [] {
-    const char* v = std::getenv("JAX_MOE_FFI_FP8_MAINLOOP");
-    const std::string choice(v != nullptr ? v : "overlap");
-    if (choice != "overlap" && choice != "cutlass") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_MAINLOOP must be overlap|cutlass; unknown value "
-                           "ignored, using overlap\n");
-    }
-    return choice != "cutlass";
-  }();
+  static const bool overlap = !EnvSwitch("JAX_MOE_FFI_FP8_MAINLOOP", "overlap", "cutlass");
   return overlap;
 }
 
@@ -596,15 +600,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
 // on the H200 (session 16) 1.05-1.20x the bf16 wgrad kernel against 0.95-1.06x for ping-pong 64x128
 // (benchmarks/results/fp8_wgrad_coop_h200.md vs grouped_gemm_fp8_h200.md, --passes wgrad).
 bool UsePingpongFp8WgradTiles() {
-  static const bool pingpong = [] {
-    const char* v = std::getenv("JAX_MOE_FFI_FP8_WGRAD_TILES");
-    const std::string choice(v != nullptr ? v : "coop");
-    if (choice != "pingpong" && choice != "coop") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_TILES must be coop|pingpong; unknown value "
-                           "ignored, using coop\n");
-    }
-    return choice == "pingpong";
-  }();
+  static const bool pingpong = EnvSwitch("JAX_MOE_FFI_FP8_WGRAD_TILES", "coop", "pingpong");
   return pingpong;
 }
 
@@ -613,15 +609,7 @@ bool UsePingpongFp8WgradTiles() {
 // test) and 2-5% faster on the benchmark shapes (session 17, H200, alternating A/B:
 // benchmarks/results/fp8_wgrad_mainloop_{overlap,cutlass}_r{1,2}_h200.md).
 bool UseOverlapWgradMainloop() {
-  static const bool overlap = [] {
-    const char* v = std::getenv("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP");
-    const std::string choice(v != nullptr ? v : "overlap");
-    if (choice != "overlap" && choice != "cutlass") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_WGRAD_MAINLOOP must be overlap|cutlass; unknown value "
-                           "ignored, using overlap\n");
-    }
-    return choice != "cutlass";
-  }();
+  static const bool overlap = !EnvSwitch("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "overlap", "cutlass");
   return overlap;
 }
 
