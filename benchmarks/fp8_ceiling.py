@@ -12,7 +12,10 @@ same quantised operands, alternating over --rounds:
   direct256      128x256 tiles, 1x2, scales ignored
   direct256c21   128x256 tiles, 2x1, scales ignored
   pertensor128   CUTLASS's per-tensor FP8 kernel (fast accumulation: no promotion, no scale loads), 128x128, 1x2
-  pertensor256c21  the same, 128x256 tiles on a 2x1 cluster (added after session 17's run: not yet measured)
+  pertensor256c21  the same, 128x256 tiles on a 2x1 cluster (added after session 17's run)
+  wide64c12      correct numerics: 128x256 tiles, 1x2, the result promoted in 64-column slices
+                 (fp8_wide_tile_mainloop.cuh; JAX_MOE_FFI_FP8_TILES=wide); checked bitwise against default
+  wide64c21      the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_c21)
 
 The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
 promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
@@ -34,7 +37,7 @@ import _common
 import grouped_gemm as gg
 
 VARIANTS = ("default", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
-            "pertensor128", "pertensor256c21")
+            "pertensor128", "pertensor256c21", "wide64c12", "wide64c21")
 
 
 def main(argv=None):
@@ -65,7 +68,7 @@ def main(argv=None):
                         os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
                     else:
                         os.environ["JAX_MOE_FFI_FP8_EXPERIMENT"] = v
-                    # default and overlap128c22 must equal; a direct* / pertensor* output equal to default would mean
+                    # default, overlap128c22, pingpong and wide* must equal; a direct* / pertensor* output equal to default would mean
                     # the variant was not switched (e.g. a replayed CUDA graph): run with command buffers off.
                     got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                     bitwise = bool(np.array_equal(got, want))

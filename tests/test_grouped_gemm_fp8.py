@@ -274,6 +274,62 @@ for i in range({len(OVERLAP_CASES)}):
         assert np.array_equal(mine[i], theirs), (case, int(np.sum(mine[i] != theirs)))
 
 
+# Cases for the 128x256 tiles (M/G > 128, so that they are taken): one k-tile, a partial and an odd number of
+# k-tiles, N with a partial 256-wide tile (384, 520), empty groups and rows past the sum.
+WIDE_CASES = [OVERLAP_CASES[1], OVERLAP_CASES[2], OVERLAP_CASES[4], OVERLAP_CASES[5],
+              (6, 3000, 256, 384, 6, 100), (7, 2000, 128, 520, 3, 0), (8, 1600, 640, 256, 9, 0)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", ["wide", "wide_c21"])
+def test_gpu_fp8_wide_tiles_match_the_default_bitwise(tmp_path, tiles):
+    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 (128x256 tiles, the result promoted in 64-column slices,
+    cc/cuda/fp8_wide_tile_mainloop.cuh) do per output element the float32 operations of the default 128x128
+    kernel in its order, so the outputs are bitwise the default's; the tile choice is read once per process, so
+    the wide kernel runs in a subprocess on the same operands. Scales differ by up to 2^12 between slices and
+    tiles (_block_scaled_case), and each output is also checked against the float32 reference, so a wrong
+    slice-to-column or scale mapping fails either way."""
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("JAX_MOE_FFI_FP8_TILES", "auto") != "auto":
+        pytest.skip("this process must run the default tiles")
+    mine = []
+    for i, case in enumerate(WIDE_CASES):
+        seed, m, k, n, g, below = case
+        assert m > 128 * g  # the wide tiles are only taken for 128-row tiles
+        a, w, gs = _block_scaled_case(seed, m, k, n, g, below)
+        gs = gs.at[g // 2].set(0)  # an empty group in the middle
+        qa = jmf.quantize(a, "blockwise")
+        qw = jmf.quantize(w, "blockwise", block=(128, 128))
+        bt = jnp.swapaxes(qw.data, 1, 2)
+        np.savez(tmp_path / f"in{i}.npz", a=np.asarray(qa.data.view(jnp.uint8)), sa=np.asarray(qa.scale),
+                 bt=np.asarray(bt.view(jnp.uint8)), sb=np.asarray(qw.scale), gs=np.asarray(gs))
+        out = jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs)
+        ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+        mine.append((np.asarray(out.view(jnp.uint16)), ref))
+    script = f"""
+import jax, jax.numpy as jnp, numpy as np
+from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+for i in range({len(WIDE_CASES)}):
+    d = np.load(r"{tmp_path}/in%d.npz" % i)
+    a = jnp.asarray(d["a"]).view(jnp.float8_e4m3fn); bt = jnp.asarray(d["bt"]).view(jnp.float8_e4m3fn)
+    out = jax.jit(fp8._fp8_call)(a, jnp.asarray(d["sa"]), bt, jnp.asarray(d["sb"]), jnp.asarray(d["gs"]))
+    np.save(r"{tmp_path}/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
+"""
+    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=240)
+    for i, case in enumerate(WIDE_CASES):
+        theirs = np.load(tmp_path / f"out{i}.npy")
+        wide = theirs.view(jnp.bfloat16).astype(np.float32)
+        ref = mine[i][1]
+        total = min(int(np.clip(np.load(tmp_path / f"in{i}.npz")["gs"], 0, None).sum()), case[1])
+        assert np.all(wide[total:] == 0), case
+        assert np.linalg.norm(wide - ref) / np.linalg.norm(ref) < 2e-3, case
+        assert np.array_equal(mine[i][0], theirs), (case, int(np.sum(mine[i][0] != theirs)))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_fp8_benchmark_shapes_similarity(shape):

@@ -275,17 +275,25 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
   return choice == other;
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small, read once (tuning on the target machine).
-bool UseSmallFp8Tiles(const Fp8Call& c) {
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21, read once (tuning on the target
+// machine). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, for
+// E4M3 activations where auto would take 128-row tiles (other calls keep auto's choice).
+const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string value(v != nullptr ? v : "auto");
-    if (value != "auto" && value != "large" && value != "small") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small; unknown value "
-                           "ignored, using auto\n");
+    if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21") {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21; unknown "
+                           "value ignored, using auto\n");
+      return std::string("auto");
     }
     return value;
   }();
+  return choice;
+}
+
+bool UseSmallFp8Tiles(const Fp8Call& c) {
+  const std::string& choice = Fp8TileChoice();
   if (choice == "large") return false;
   if (choice == "small") return true;
   return c.m <= 128 * c.g;  // short groups waste most of a 128-row tile
@@ -340,7 +348,8 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //     experiments/fp8_ceiling.cuh (wrong answers by design);
 //   overlap128c22: the default kernel on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
-//   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all).
+//   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
+//   wide64c12 | wide64c21: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 kernels, per call.
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -369,6 +378,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "pertensor256c21") {
     using Setup = GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>;
     *result = RunFp8PerTensorExperiment<Fp8PerTensorGemm<256, 2, 1>, Setup>(stream, ws, c, dev);
+  } else if (which == "wide64c12") {  // correct numerics: 128x256 tiles, sliced promotion (JAX_MOE_FFI_FP8_TILES=wide)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide64c21") {  // the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_c21)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
+        stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
         stream, ws, c, dev);
@@ -391,6 +406,17 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   }
 #endif
   const bool small = UseSmallFp8Tiles(c);
+  if constexpr (std::is_same_v<ElementA, E4M3>) {
+    const std::string& tiles = Fp8TileChoice();
+    if (!small && tiles == "wide") {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
+                                                                                                       dev);
+    }
+    if (!small && tiles == "wide_c21") {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(stream, ws, c,
+                                                                                                       dev);
+    }
+  }
   if (UseOverlapMainloop()) {
     return small ? RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8PingpongOverlapConfig>>(
                        stream, ws, c, dev)

@@ -22,6 +22,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cuda/fp8_overlap_mainloop.cuh"
+#include "cuda/fp8_wide_tile_mainloop.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -192,6 +193,21 @@ struct Fp8PingpongConfigT {
 };
 using Fp8PingpongConfig = Fp8PingpongConfigT<false>;
 using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
+
+// 128x256 tiles (fp8_wide_tile_mainloop.cuh): the result promoted in 64-column slices so that it fits the
+// registers; cluster CM x CN. Forward / dgrad with E4M3 activations; opt-in (JAX_MOE_FFI_FP8_TILES=wide*).
+template <int kClusterM, int kClusterN>
+struct Fp8CoopWideConfig {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  static constexpr bool kOverlap = true;
+  template <class Builder>
+  using Mainloop = SlicedPromotionMainloop<Builder, 64>;
+  static constexpr const char* kName = kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"
+                                                      : "fp8_blockwise_coop_128x256x128_c1x2_sliced64";
+};
 
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
 // experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.

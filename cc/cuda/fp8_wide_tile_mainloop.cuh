@@ -1,0 +1,204 @@
+// A consumer mainloop for the blockwise FP8 grouped GEMM on 128 x 256 tiles: the result is promoted in
+// n-slices narrower than the tile, so that it fits the consumer warp group's registers.
+//
+// Why: session 17's ceiling kernels (benchmarks/results/fp8_ceiling_h200.md) put a 128x256 tile 10-16% above
+// the shipped 128x128 one, but a blockwise 128x256 tile needs, per consumer thread, the 64x256 float32 result
+// (128 registers) plus a slice accumulator of the same size for the 128-deep k-tile being multiplied before its
+// scales are applied -- 256 registers against a budget of 232.
+//
+// Here the k-tile's tensor-core work is split along N into slices of kSliceN columns (wgmma m64 x kSliceN x 32
+// from the same shared-memory stage), each into a small slice accumulator that is promoted into its columns of
+// the result: result[:, slice] += acc_slice * (scale_a(row) * scale_b(column block)). Two slice accumulators
+// alternate, so the promotion of slice s runs while slice s+1's wgmmas execute (as in fp8_overlap_mainloop.cuh);
+// at kSliceN = 64 that is 128 + 2 x 32 registers of accumulators. Cost: A is read from shared memory once per
+// slice instead of once per k-tile (the trade this variant measures).
+//
+// Numerics: per output element the same float32 operations in the same order as the 128x128 overlapped
+// mainloop (slice over 128 of K by the tensor cores, then one FFMA with scale_a * scale_b), so the output is
+// meant to be bitwise that kernel's (GPU test test_gpu_fp8_wide_tiles_bitwise_the_default).
+//
+// Supported: cooperative tiles (two consumer warp groups of 64 rows), one scale block per k-tile, per-row A
+// scales and B scales per 128 columns (the forward / dgrad recipe). Anything else fails to compile.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+
+namespace jax_moe_ffi {
+namespace cuda {
+
+template <class Base, int kSliceN>
+struct SlicedPromotionMainloop : Base {
+  using Base::Base;
+  using TiledMma = typename Base::TiledMma;
+  using TileShape = typename Base::TileShape;
+  using ElementBlockScale = typename Base::ElementBlockScale;
+  using MainloopPipeline = typename Base::MainloopPipeline;
+  using PipelineState = typename Base::PipelineState;
+  using TensorStorage = typename Base::TensorStorage;
+  using Params = typename Base::Params;
+  using SmemLayoutA = typename Base::SmemLayoutA;
+  using SmemLayoutB = typename Base::SmemLayoutB;
+  using SmemLayoutSFA = typename Base::SmemLayoutSFA;
+  using SmemLayoutSFB = typename Base::SmemLayoutSFB;
+
+  static constexpr int kTileN = cute::size<1>(TileShape{});
+  static constexpr int kSlices = kTileN / kSliceN;
+  static_assert(kTileN % kSliceN == 0 && kSlices % 2 == 0, "sliced promotion: an even number of slices per tile");
+  static_assert(cute::size(TiledMma{}) == 2 * cutlass::NumThreadsPerWarpGroup && cute::size<0>(TileShape{}) == 128,
+                "sliced promotion: cooperative 128-row tiles (two consumer warp groups of 64 rows)");
+  static_assert(cute::size<2>(TileShape{}) == Base::ScaleGranularityK, "sliced promotion: one scale block per k-tile");
+  static_assert(Base::ScaleMsPerTile == 128 && Base::ScaleGranularityN % kSliceN == 0,
+                "sliced promotion: per-row A scales, one B scale per slice");
+
+  // The same wgmma family as the tile's, kSliceN columns wide, over the same two warp groups.
+  using SliceMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
+                                 cute::Shape<cute::_128, cute::Int<kSliceN>, cute::_128>, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
+                          Params const& /*mainloop_params*/) {
+    using namespace cute;
+    static_assert(is_rmem<FrgTensorC>::value, "the accumulator must live in registers");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (M,K,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (N,K,PIPE)
+    // Scales broadcast to (BLK_M, BLK_N, (BLK_K, PIPE)) as in fp8_overlap_mainloop.cuh, partitioned like the
+    // result: element i of a thread's result has its scales at element i of these.
+    Tensor sSFA = make_tensor(
+        make_smem_ptr(shared_tensors.smem_SFA.data()),
+        make_layout(make_shape(shape<0>(SmemLayoutSFA{}), get<1>(TileShape{}),
+                               make_shape(shape<1>(SmemLayoutSFA{}), shape<2>(SmemLayoutSFA{}))),
+                    make_stride(stride<0>(SmemLayoutSFA{}), _0{},
+                                make_stride(stride<1>(SmemLayoutSFA{}), stride<2>(SmemLayoutSFA{})))));
+    Tensor sSFB = make_tensor(
+        make_smem_ptr(shared_tensors.smem_SFB.data()),
+        make_layout(make_shape(get<0>(TileShape{}), shape<0>(SmemLayoutSFB{}),
+                               make_shape(shape<1>(SmemLayoutSFB{}), shape<2>(SmemLayoutSFB{}))),
+                    make_stride(_0{}, stride<0>(SmemLayoutSFB{}),
+                                make_stride(stride<1>(SmemLayoutSFB{}), stride<2>(SmemLayoutSFB{})))));
+
+    const int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
+    Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
+    SliceMma slice_mma;
+    auto wg_mma = slice_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
+    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA,1,MMA_K,PIPE)
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA,kSlices,MMA_K,PIPE)
+    Tensor slice0 = partition_fragment_C(slice_mma, make_shape(get<0>(TileShape{}), Int<kSliceN>{}));  // (MMA,1,1)
+    Tensor slice1 = make_fragment_like(slice0);
+    static_assert(decltype(size<1>(tCrA))::value == 1 && decltype(size<1>(tCrB))::value == kSlices);
+    static_assert(decltype(size<1>(slice0))::value == 1 && decltype(size<2>(slice0))::value == 1);
+    static_assert(decltype(size<1>(accum))::value == 1 && decltype(size<2>(accum))::value == 1);
+    // A warp group's m64 x N result holds, per thread, 4 values for each 8-column chunk, chunk-major: slice s's
+    // values are the contiguous run [s * size(slice), (s + 1) * size(slice)) of the result's.
+    static_assert(decltype(size(accum))::value == kSlices * decltype(size(slice0))::value);
+
+    // Per k-tile: scale_a(row) * scale_b(column block), one set for each of two consecutive k-tiles (the
+    // last slice of k-tile t is promoted after k-tile t+1's scales are read).
+    Tensor scale_a = make_tensor_like<ElementBlockScale>(tCsSFA(_, _, _, _0{}));
+    Tensor scale_b = make_tensor_like<ElementBlockScale>(tCsSFB(_, _, _, _0{}));
+    constexpr int kBlocks = kTileN / Base::ScaleGranularityN;
+    constexpr int kRowScales = decltype(size(filter_zeros(scale_a)))::value;
+    ElementBlockScale combined[2][kBlocks][kRowScales];
+
+    PipelineState smem_pipe_release = smem_pipe_read;
+
+    auto read_scales = [&](int stage, auto parity) {
+      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), scale_a);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), scale_b);
+      Tensor rows = filter_zeros(scale_a);
+      CUTLASS_PRAGMA_UNROLL
+      for (int blk = 0; blk < kBlocks; ++blk) {
+        // any element of the result's block `blk` carries that block's B scale
+        const ElementBlockScale b = scale_b(blk * (size(accum) / kBlocks));
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRowScales; ++r) combined[parity][blk][r] = rows(r) * b;
+      }
+    };
+    // The row-scale index of element i of a slice: filter_zeros(scale_a) enumerates the distinct rows in the
+    // order of their first appearance in the result's layout; the row of element i depends on i only through
+    // the (2, 2, n8) value mode's second index.
+    auto row_of = [&](int i) { return (i / 2) % 2; };
+    static_assert(kRowScales == 2, "sliced promotion: two rows (r, r + 8) per thread of an m64 wgmma");
+
+    auto issue = [&](auto& slice, int stage, auto s) {
+      warpgroup_fence_operand(slice);
+      warpgroup_arrive();
+      slice_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
+        cute::gemm(slice_mma, tCrA(_, _0{}, k_block, stage), tCrB(_, s, k_block, stage), slice(_, _0{}, _0{}));
+        slice_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(slice);
+    };
+    auto promote = [&](auto& slice, auto parity, auto s) {
+      constexpr int kBlk = decltype(s)::value * kSliceN / Base::ScaleGranularityN;
+      constexpr int kBase = decltype(s)::value * decltype(size(slice0))::value;
+      warpgroup_fence_operand(slice);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(slice); ++i) accum(kBase + i) += slice(i) * combined[parity][kBlk][row_of(i)];
+    };
+
+    clear(accum);
+    warpgroup_fence_operand(accum);
+    if (k_tile_count <= 0) return;
+
+    // One k-tile: its kSlices slices alternate between the two accumulators (even slices in slice0). Slice s is
+    // issued, then slice s-1 (of this k-tile, or the previous k-tile's last) is waited for and promoted. After
+    // the first slice's wait the previous k-tile's wgmmas are all complete: its stage goes back to the producer.
+    auto k_tile = [&](auto parity, bool first) {
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      const int stage = smem_pipe_read.index();
+      read_scales(stage, parity);
+      for_each(make_seq<kSlices>{}, [&](auto s) {
+        constexpr int kS = decltype(s)::value;
+        if constexpr (kS % 2 == 0) issue(slice0, stage, s); else issue(slice1, stage, s);
+        warpgroup_wait<1>();
+        if constexpr (kS == 0) {
+          if (!first) {
+            pipeline.consumer_release(smem_pipe_release);
+            ++smem_pipe_release;
+            promote(slice1, Int<1 - decltype(parity)::value>{}, Int<kSlices - 1>{});
+          }
+        } else if constexpr (kS % 2 == 1) {
+          promote(slice0, parity, Int<kS - 1>{});
+        } else {
+          promote(slice1, parity, Int<kS - 1>{});
+        }
+      });
+      ++smem_pipe_read;
+    };
+
+    // Unrolled by two k-tiles so that each scale set is a fixed set of registers.
+    k_tile(_0{}, true);
+    int remaining = k_tile_count - 1;
+    int parity_last = 0;
+    CUTLASS_PRAGMA_NO_UNROLL
+    while (remaining > 0) {
+      k_tile(_1{}, false);
+      parity_last = 1;
+      if (--remaining == 0) break;
+      k_tile(_0{}, false);
+      parity_last = 0;
+      --remaining;
+    }
+    warpgroup_wait<0>();
+    if (parity_last == 0) {
+      promote(slice1, _0{}, Int<kSlices - 1>{});
+    } else {
+      promote(slice1, _1{}, Int<kSlices - 1>{});
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+}  // namespace cuda
+}  // namespace jax_moe_ffi
