@@ -154,7 +154,7 @@ struct SlicedPromotionMainloop : Base {
     // One k-tile: its kSlices slices alternate between the two accumulators (even slices in slice0). Slice s is
     // issued, then slice s-1 (of this k-tile, or the previous k-tile's last) is waited for and promoted. After
     // the first slice's wait the previous k-tile's wgmmas are all complete: its stage goes back to the producer.
-    auto k_tile = [&](auto parity, bool first) {
+    auto k_tile = [&](auto parity, auto first) {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
       const int stage = smem_pipe_read.index();
       read_scales(stage, parity);
@@ -163,7 +163,7 @@ struct SlicedPromotionMainloop : Base {
         if constexpr (kS % 2 == 0) issue(slice0, stage, s); else issue(slice1, stage, s);
         warpgroup_wait<1>();
         if constexpr (kS == 0) {
-          if (!first) {
+          if constexpr (!decltype(first)::value) {
             pipeline.consumer_release(smem_pipe_release);
             ++smem_pipe_release;
             promote(slice1, Int<1 - decltype(parity)::value>{}, Int<kSlices - 1>{});
@@ -178,23 +178,25 @@ struct SlicedPromotionMainloop : Base {
     };
 
     // Unrolled by two k-tiles so that each scale set is a fixed set of registers.
-    k_tile(_0{}, true);
+    // The first k-tile is peeled with a compile-time flag: with a run-time one, ptxas reported C7514 ("wgmma.mma_async
+    // instructions are serialized due to non wgmma instructions reading accumulator registers") for this loop.
+    k_tile(_0{}, cute::true_type{});
     int remaining = k_tile_count - 1;
-    int parity_last = 0;
     CUTLASS_PRAGMA_NO_UNROLL
-    while (remaining > 0) {
-      k_tile(_1{}, false);
-      parity_last = 1;
-      if (--remaining == 0) break;
-      k_tile(_0{}, false);
-      parity_last = 0;
+    while (true) {
+      if (remaining == 0) {
+        warpgroup_wait<0>();
+        promote(slice1, _0{}, Int<kSlices - 1>{});
+        break;
+      }
+      k_tile(_1{}, cute::false_type{});
+      if (--remaining == 0) {
+        warpgroup_wait<0>();
+        promote(slice1, _1{}, Int<kSlices - 1>{});
+        break;
+      }
+      k_tile(_0{}, cute::false_type{});
       --remaining;
-    }
-    warpgroup_wait<0>();
-    if (parity_last == 0) {
-      promote(slice1, _0{}, Int<kSlices - 1>{});
-    } else {
-      promote(slice1, _1{}, Int<kSlices - 1>{});
     }
     warpgroup_fence_operand(accum);
   }
