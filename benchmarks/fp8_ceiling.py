@@ -16,6 +16,8 @@ same quantised operands, alternating over --rounds:
   wide64c12      correct numerics: 128x256 tiles, 1x2, the result promoted in 64-column slices
                  (fp8_wide_tile_mainloop.cuh; JAX_MOE_FFI_FP8_TILES=wide); checked bitwise against default
   wide64c21      the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_c21)
+  wide64rsc12    wide64c12 with A read into registers once per k-tile (wgmma RS; JAX_MOE_FFI_FP8_TILES=wide_rs)
+  wide64rsc21    the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_rs_c21)
 
 The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
 promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
@@ -37,7 +39,8 @@ import _common
 import grouped_gemm as gg
 
 VARIANTS = ("default", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
-            "pertensor128", "pertensor256c21", "wide64c12", "wide64c21")
+            "pertensor128", "pertensor256c21", "wide64c12", "wide64c21",
+            "wide64rsc12", "wide64rsc21")
 
 
 def main(argv=None):

@@ -281,10 +281,10 @@ WIDE_CASES = [OVERLAP_CASES[1], OVERLAP_CASES[2], OVERLAP_CASES[4], OVERLAP_CASE
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["wide", "wide_c21"])
+@pytest.mark.parametrize("tiles", ["wide", "wide_c21", "wide_rs", "wide_rs_c21"])
 def test_gpu_fp8_wide_tiles_match_the_default_bitwise(tmp_path, tiles):
-    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 (128x256 tiles, the result promoted in 64-column slices,
-    cc/cuda/fp8_wide_tile_mainloop.cuh) do per output element the float32 operations of the default 128x128
+    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 (128x256 tiles, the result promoted in
+    64-column slices, A from shared memory or registers, cc/cuda/fp8_wide_tile_mainloop.cuh) do per output element the float32 operations of the default 128x128
     kernel in its order, so the outputs are bitwise the default's; the tile choice is read once per process, so
     the wide kernel runs in a subprocess on the same operands. Scales differ by up to 2^12 between slices and
     tiles (_block_scaled_case), and each output is also checked against the float32 reference, so a wrong

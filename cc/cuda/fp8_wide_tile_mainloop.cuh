@@ -27,7 +27,9 @@
 namespace jax_moe_ffi {
 namespace cuda {
 
-template <class Base, int kSliceN>
+// kARegisters: A is copied from shared memory into registers once per k-tile and every slice's wgmmas read it
+// there (wgmma's RS form), so that per slice only B is read from shared memory.
+template <class Base, int kSliceN, bool kARegisters = false>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;
   using TiledMma = typename Base::TiledMma;
@@ -52,11 +54,15 @@ struct SlicedPromotionMainloop : Base {
                 "sliced promotion: per-row A scales, one B scale per slice");
 
   // The same wgmma family as the tile's, kSliceN columns wide, over the same two warp groups.
-  using SliceMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
-                                 cute::Shape<cute::_128, cute::Int<kSliceN>, cute::_128>, cute::GMMA::Major::K,
-                                 cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using SliceShape = cute::Shape<cute::_128, cute::Int<kSliceN>, cute::_128>;
+  using SliceAtom = std::conditional_t<
+      kARegisters,
+      decltype(cute::GMMA::rs_op_selector<typename Base::ElementA, typename Base::ElementB, float, SliceShape,
+                                          cute::GMMA::Major::K, cute::GMMA::Major::K>()),
+      decltype(cute::GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float, SliceShape,
+                                          cute::GMMA::Major::K, cute::GMMA::Major::K>())>;
+  using SliceMma =
+      decltype(cute::make_tiled_mma(SliceAtom{}, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
@@ -88,8 +94,23 @@ struct SlicedPromotionMainloop : Base {
     Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
     SliceMma slice_mma;
     auto wg_mma = slice_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
-    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA,1,MMA_K,PIPE)
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA,kSlices,MMA_K,PIPE)
+    // A: shared-memory descriptors (MMA,1,MMA_K,PIPE), or (kARegisters) one k-tile in registers (MMA,1,MMA_K)
+    // with its shared-memory source partitioned for the copy.
+    auto make_a = [&] {
+      if constexpr (kARegisters) {
+        auto thr_mma = slice_mma.get_thread_slice(thread_idx);
+        Tensor frag = thr_mma.partition_fragment_A(sA(_, _, _0{}));
+        // ldmatrix: for 8-bit K-major A its 8x8 b16 tiles are the wgmma A fragment (one instruction per k-block).
+        auto smem_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, typename Base::ElementA>{}, slice_mma);
+        auto thr_copy = smem_copy.get_thread_slice(thread_idx);
+        return cute::make_tuple(frag, smem_copy, thr_copy.partition_S(sA));
+      } else {
+        return cute::make_tuple(wg_mma.make_fragment_A(wg_mma.partition_A(sA)), 0, 0);
+      }
+    };
+    auto a_parts = make_a();
+    auto& tCrA = get<0>(a_parts);
     Tensor slice0 = partition_fragment_C(slice_mma, make_shape(get<0>(TileShape{}), Int<kSliceN>{}));  // (MMA,1,1)
     Tensor slice1 = make_fragment_like(slice0);
     static_assert(decltype(size<1>(tCrA))::value == 1 && decltype(size<1>(tCrB))::value == kSlices);
@@ -127,14 +148,19 @@ struct SlicedPromotionMainloop : Base {
     auto row_of = [&](int i) { return (i / 2) % 2; };
     static_assert(kRowScales == 2, "sliced promotion: two rows (r, r + 8) per thread of an m64 wgmma");
 
-    auto issue = [&](auto& slice, int stage, auto s) {
+    constexpr int kKBlocks = decltype(size<2>(tCrA))::value;
+    // The A operand of k-block kb (shared-memory descriptor, or registers).
+    auto a_of = [&](int kb, int stage) -> decltype(auto) {
+      if constexpr (kARegisters) return tCrA(_, _0{}, kb); else return tCrA(_, _0{}, kb, stage);
+    };
+    // wgmmas of slice s, k-blocks [kb0, kb1), into `slice`, as one commit group.
+    auto issue = [&](auto& slice, int stage, auto s, int kb0, int kb1) {
       warpgroup_fence_operand(slice);
       warpgroup_arrive();
-      slice_mma.accumulate_ = GMMA::ScaleOut::Zero;
       CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-        cute::gemm(slice_mma, tCrA(_, _0{}, k_block, stage), tCrB(_, s, k_block, stage), slice(_, _0{}, _0{}));
-        slice_mma.accumulate_ = GMMA::ScaleOut::One;
+      for (int k_block = kb0; k_block < kb1; ++k_block) {
+        slice_mma.accumulate_ = k_block == 0 ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        cute::gemm(slice_mma, a_of(k_block, stage), tCrB(_, s, k_block, stage), slice(_, _0{}, _0{}));
       }
       warpgroup_commit_batch();
       warpgroup_fence_operand(slice);
@@ -146,6 +172,11 @@ struct SlicedPromotionMainloop : Base {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(slice); ++i) accum(kBase + i) += slice(i) * combined[parity][kBlk][row_of(i)];
     };
+    auto release_previous_and_promote_its_last_slice = [&](auto parity) {
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+      promote(slice1, Int<1 - decltype(parity)::value>{}, Int<kSlices - 1>{});
+    };
 
     clear(accum);
     warpgroup_fence_operand(accum);
@@ -154,20 +185,16 @@ struct SlicedPromotionMainloop : Base {
     // One k-tile: its kSlices slices alternate between the two accumulators (even slices in slice0). Slice s is
     // issued, then slice s-1 (of this k-tile, or the previous k-tile's last) is waited for and promoted. After
     // the first slice's wait the previous k-tile's wgmmas are all complete: its stage goes back to the producer.
-    auto k_tile = [&](auto parity, auto first) {
+    auto k_tile_shared_a = [&](auto parity, auto first) {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
       const int stage = smem_pipe_read.index();
       read_scales(stage, parity);
       for_each(make_seq<kSlices>{}, [&](auto s) {
         constexpr int kS = decltype(s)::value;
-        if constexpr (kS % 2 == 0) issue(slice0, stage, s); else issue(slice1, stage, s);
+        if constexpr (kS % 2 == 0) issue(slice0, stage, s, 0, kKBlocks); else issue(slice1, stage, s, 0, kKBlocks);
         warpgroup_wait<1>();
         if constexpr (kS == 0) {
-          if constexpr (!decltype(first)::value) {
-            pipeline.consumer_release(smem_pipe_release);
-            ++smem_pipe_release;
-            promote(slice1, Int<1 - decltype(parity)::value>{}, Int<kSlices - 1>{});
-          }
+          if constexpr (!decltype(first)::value) release_previous_and_promote_its_last_slice(parity);
         } else if constexpr (kS % 2 == 1) {
           promote(slice0, parity, Int<kS - 1>{});
         } else {
@@ -175,6 +202,46 @@ struct SlicedPromotionMainloop : Base {
         }
       });
       ++smem_pipe_read;
+    };
+
+    // A in registers: the first and the last slice of a k-tile commit one group per k-block, so that A's k-block kb
+    // is overwritten with the next k-tile's as soon as the last slice's wgmma for kb has retired (groups retire in
+    // order: at most kKBlocks - 1 later groups may still run), without draining the tensor cores.
+    auto k_tile_register_a = [&](auto parity, auto first) {
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      const int stage = smem_pipe_read.index();
+      if constexpr (kARegisters) {
+        auto smem_copy = get<1>(a_parts);  // (an empty type: cute::get returns it by value)
+        auto tCsA = get<2>(a_parts);
+        Tensor tCrA_copy = smem_copy.get_thread_slice(thread_idx).retile_D(tCrA);
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < kKBlocks; ++kb) {
+          warpgroup_wait<kKBlocks - 1>();
+          copy(smem_copy, tCsA(_, _, kb, stage), tCrA_copy(_, _, kb));
+          issue(slice0, stage, _0{}, kb, kb + 1);
+        }
+        if constexpr (!decltype(first)::value) release_previous_and_promote_its_last_slice(parity);
+        // Read after that promotion, so that one scale set is live (registers are short here).
+        read_scales(stage, parity);
+        for_each(make_seq<kSlices - 1>{}, [&](auto s_minus_1) {
+          constexpr int kS = decltype(s_minus_1)::value + 1;
+          auto& buf = [&]() -> auto& { if constexpr (kS % 2 == 0) return slice0; else return slice1; }();
+          auto& prev = [&]() -> auto& { if constexpr (kS % 2 == 0) return slice1; else return slice0; }();
+          if constexpr (kS < kSlices - 1) {
+            issue(buf, stage, Int<kS>{}, 0, kKBlocks);
+            warpgroup_wait<1>();
+          } else {
+            CUTLASS_PRAGMA_UNROLL
+            for (int kb = 0; kb < kKBlocks; ++kb) issue(buf, stage, Int<kS>{}, kb, kb + 1);
+            warpgroup_wait<kKBlocks>();
+          }
+          promote(prev, parity, Int<kS - 1>{});
+        });
+      }
+      ++smem_pipe_read;
+    };
+    auto k_tile = [&](auto parity, auto first) {
+      if constexpr (kARegisters) k_tile_register_a(parity, first); else k_tile_shared_a(parity, first);
     };
 
     // Unrolled by two k-tiles so that each scale set is a fixed set of registers.

@@ -275,16 +275,18 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
   return choice == other;
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21, read once (tuning on the target
-// machine). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, for
-// E4M3 activations where auto would take 128-row tiles (other calls keep auto's choice).
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21, read once
+// (tuning on the target machine). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh),
+// cluster 1x2 / 2x1, *_rs with A in registers, for E4M3 activations where auto would take 128-row tiles (other
+// calls keep auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string value(v != nullptr ? v : "auto");
-    if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21") {
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21; unknown "
-                           "value ignored, using auto\n");
+    if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21" &&
+        value != "wide_rs" && value != "wide_rs_c21") {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21|wide_rs|"
+                           "wide_rs_c21; unknown value ignored, using auto\n");
       return std::string("auto");
     }
     return value;
@@ -349,7 +351,8 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //   overlap128c22: the default kernel on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
-//   wide64c12 | wide64c21: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 kernels, per call.
+//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs /
+//     wide_rs_c21 kernels, per call.
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -384,6 +387,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "wide64c21") {  // the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_c21)
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
         stream, ws, c, dev);
+  } else if (which == "wide64rsc12") {  // JAX_MOE_FFI_FP8_TILES=wide_rs, per call
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, true>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide64rsc21") {  // JAX_MOE_FFI_FP8_TILES=wide_rs_c21, per call
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, true>>>(
+        stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
         stream, ws, c, dev);
@@ -415,6 +424,14 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     if (!small && tiles == "wide_c21") {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(stream, ws, c,
                                                                                                        dev);
+    }
+    if (!small && tiles == "wide_rs") {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, true>>>(
+          stream, ws, c, dev);
+    }
+    if (!small && tiles == "wide_rs_c21") {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, true>>>(
+          stream, ws, c, dev);
     }
   }
   if (UseOverlapMainloop()) {

@@ -195,8 +195,9 @@ using Fp8PingpongConfig = Fp8PingpongConfigT<false>;
 using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 
 // 128x256 tiles (fp8_wide_tile_mainloop.cuh): the result promoted in 64-column slices so that it fits the
-// registers; cluster CM x CN. Forward / dgrad with E4M3 activations; opt-in (JAX_MOE_FFI_FP8_TILES=wide*).
-template <int kClusterM, int kClusterN>
+// registers; cluster CM x CN; kRegisterA: A read into registers once per k-tile (wgmma RS) instead of from shared
+// memory by every slice, with 32-column slices (64 spilled: ~650 bytes per thread with ptxas 13.0). Forward / dgrad with E4M3 activations; opt-in (JAX_MOE_FFI_FP8_TILES=wide*).
+template <int kClusterM, int kClusterN, bool kRegisterA = false>
 struct Fp8CoopWideConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
@@ -204,9 +205,12 @@ struct Fp8CoopWideConfig {
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   static constexpr bool kOverlap = true;
   template <class Builder>
-  using Mainloop = SlicedPromotionMainloop<Builder, 64>;
-  static constexpr const char* kName = kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"
-                                                      : "fp8_blockwise_coop_128x256x128_c1x2_sliced64";
+  using Mainloop = SlicedPromotionMainloop<Builder, kRegisterA ? 32 : 64, kRegisterA>;  // RS: n64 slices spill
+  static constexpr const char* kName =
+      kRegisterA ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced32_rs"
+                                   : "fp8_blockwise_coop_128x256x128_c1x2_sliced32_rs")
+                 : (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"
+                                   : "fp8_blockwise_coop_128x256x128_c1x2_sliced64");
 };
 
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
