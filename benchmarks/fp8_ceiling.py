@@ -4,8 +4,11 @@ Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON (cc/cuda/experi
 handler reads JAX_MOE_FFI_FP8_EXPERIMENT on every call, so one jitted forward runs each variant in turn on the
 same quantised operands, alternating over --rounds:
 
-  default        the shipped kernel: cooperative 128x128x128, 1x2 cluster, overlapped promotion
-  overlap128c22  the same on a 2x2 cluster (both operands multicast); checked bitwise against default
+  default        the shipped choice (JAX_MOE_FFI_FP8_TILES=auto): since session 19 wide64c12 where N has an even
+                 number of 256-wide tiles (every benchmark shape), coop128 otherwise
+  coop128        cooperative 128x128x128, 1x2 cluster, overlapped promotion (the default until session 19;
+                 JAX_MOE_FFI_FP8_TILES=large); checked bitwise against default
+  overlap128c22  coop128 on a 2x2 cluster (both operands multicast); checked bitwise against default
   pingpong       the ping-pong 64x128x128 overlapped kernel (shipped for short groups); bitwise default
   direct128      128x128 tiles, 1x2, every k-tile accumulated straight into the result, scales ignored
   direct128c22   the same on a 2x2 cluster
@@ -38,7 +41,7 @@ import numpy as np
 import _common
 import grouped_gemm as gg
 
-VARIANTS = ("default", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
+VARIANTS = ("default", "coop128", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
             "pertensor128", "pertensor256c21", "wide64c12", "wide64c21",
             "wide64rsc12", "wide64rsc21")
 
@@ -71,7 +74,7 @@ def main(argv=None):
                         os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
                     else:
                         os.environ["JAX_MOE_FFI_FP8_EXPERIMENT"] = v
-                    # default, overlap128c22, pingpong and wide* must equal; a direct* / pertensor* output equal to default would mean
+                    # default, coop128, overlap128c22, pingpong and wide* must equal; a direct* / pertensor* output equal to default would mean
                     # the variant was not switched (e.g. a replayed CUDA graph): run with command buffers off.
                     got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                     bitwise = bool(np.array_equal(got, want))

@@ -280,22 +280,38 @@ WIDE_CASES = [OVERLAP_CASES[1], OVERLAP_CASES[2], OVERLAP_CASES[4], OVERLAP_CASE
               (6, 3000, 256, 384, 6, 100), (7, 2000, 128, 520, 3, 0), (8, 1600, 640, 256, 9, 0)]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["wide", "wide_c21", "wide_rs", "wide_rs_c21"])
-def test_gpu_fp8_wide_tiles_match_the_default_bitwise(tmp_path, tiles):
-    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 (128x256 tiles, the result promoted in
-    64-column slices, A from shared memory or registers, cc/cuda/fp8_wide_tile_mainloop.cuh) do per output element the float32 operations of the default 128x128
-    kernel in its order, so the outputs are bitwise the default's; the tile choice is read once per process, so
-    the wide kernel runs in a subprocess on the same operands. Scales differ by up to 2^12 between slices and
-    tiles (_block_scaled_case), and each output is also checked against the float32 reference, so a wrong
-    slice-to-column or scale mapping fails either way."""
+_TILES_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
+where, count = sys.argv[1], int(sys.argv[2])
+for i in range(count):
+    d = np.load(where + "/in%d.npz" % i)
+    a = jnp.asarray(d["a"]).view(jnp.float8_e4m3fn); bt = jnp.asarray(d["bt"]).view(jnp.float8_e4m3fn)
+    out = jax.jit(fp8._fp8_call)(a, jnp.asarray(d["sa"]), bt, jnp.asarray(d["sb"]), jnp.asarray(d["gs"]))
+    np.save(where + "/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
+"""
+
+
+def _run_tiles(where, tiles):
+    """The FP8 kernel on the saved WIDE_CASES operands in a subprocess with JAX_MOE_FFI_FP8_TILES=tiles (the
+    choice is read once per process); returns the bf16 outputs as uint16."""
     import os
     import subprocess
     import sys
 
-    if os.environ.get("JAX_MOE_FFI_FP8_TILES", "auto") != "auto":
-        pytest.skip("this process must run the default tiles")
-    mine = []
+    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles)
+    subprocess.run([sys.executable, "-c", _TILES_SCRIPT, str(where), str(len(WIDE_CASES))], env=env, check=True,
+                   timeout=240)
+    return [np.load(where / f"out{i}.npy") for i in range(len(WIDE_CASES))]
+
+
+@pytest.fixture(scope="module")
+def wide_cases_128x128(tmp_path_factory):
+    """WIDE_CASES' quantised operands saved for the subprocesses, their float32 references, and the outputs of
+    the 128x128 kernel (JAX_MOE_FFI_FP8_TILES=large) that every 128x256 variant must equal."""
+    where = tmp_path_factory.mktemp("wide")
+    refs = []
     for i, case in enumerate(WIDE_CASES):
         seed, m, k, n, g, below = case
         assert m > 128 * g  # the wide tiles are only taken for 128-row tiles
@@ -304,30 +320,28 @@ def test_gpu_fp8_wide_tiles_match_the_default_bitwise(tmp_path, tiles):
         qa = jmf.quantize(a, "blockwise")
         qw = jmf.quantize(w, "blockwise", block=(128, 128))
         bt = jnp.swapaxes(qw.data, 1, 2)
-        np.savez(tmp_path / f"in{i}.npz", a=np.asarray(qa.data.view(jnp.uint8)), sa=np.asarray(qa.scale),
+        np.savez(where / f"in{i}.npz", a=np.asarray(qa.data.view(jnp.uint8)), sa=np.asarray(qa.scale),
                  bt=np.asarray(bt.view(jnp.uint8)), sb=np.asarray(qw.scale), gs=np.asarray(gs))
-        out = jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs)
-        ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
-        mine.append((np.asarray(out.view(jnp.uint16)), ref))
-    script = f"""
-import jax, jax.numpy as jnp, numpy as np
-from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
-for i in range({len(WIDE_CASES)}):
-    d = np.load(r"{tmp_path}/in%d.npz" % i)
-    a = jnp.asarray(d["a"]).view(jnp.float8_e4m3fn); bt = jnp.asarray(d["bt"]).view(jnp.float8_e4m3fn)
-    out = jax.jit(fp8._fp8_call)(a, jnp.asarray(d["sa"]), bt, jnp.asarray(d["sb"]), jnp.asarray(d["gs"]))
-    np.save(r"{tmp_path}/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
-"""
-    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles)
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=240)
-    for i, case in enumerate(WIDE_CASES):
-        theirs = np.load(tmp_path / f"out{i}.npy")
+        refs.append(np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32))
+    return where, refs, _run_tiles(where, "large")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", ["auto", "wide", "wide_c21", "wide_rs", "wide_rs_c21"])
+def test_gpu_fp8_wide_tiles_match_128x128_bitwise(wide_cases_128x128, tiles):
+    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 (128x256 tiles, the result promoted in
+    column slices, A from shared memory or registers, cc/cuda/fp8_wide_tile_mainloop.cuh) and auto (which takes
+    the 1x2 wide tiles where N has an even number of 256-wide tiles: N = 384, 1024 and 1536 here, 128x128 for N =
+    128, 256 and 520) do per output element the float32 operations of the 128x128 kernel (`large`) in its order, so the outputs
+    are bitwise equal. Scales differ by up to 2^12 between slices and tiles (_block_scaled_case), and each output
+    is also checked against the float32 reference, so a wrong slice-to-column or scale mapping fails either way."""
+    where, refs, large = wide_cases_128x128
+    for i, (case, theirs) in enumerate(zip(WIDE_CASES, _run_tiles(where, tiles))):
         wide = theirs.view(jnp.bfloat16).astype(np.float32)
-        ref = mine[i][1]
-        total = min(int(np.clip(np.load(tmp_path / f"in{i}.npz")["gs"], 0, None).sum()), case[1])
+        total = min(int(np.clip(np.load(where / f"in{i}.npz")["gs"], 0, None).sum()), case[1])
         assert np.all(wide[total:] == 0), case
-        assert np.linalg.norm(wide - ref) / np.linalg.norm(ref) < 2e-3, case
-        assert np.array_equal(mine[i][0], theirs), (case, int(np.sum(mine[i][0] != theirs)))
+        assert np.linalg.norm(wide - refs[i]) / np.linalg.norm(refs[i]) < 2e-3, case
+        assert np.array_equal(large[i], theirs), (case, int(np.sum(large[i] != theirs)))
 
 
 @pytest.mark.gpu

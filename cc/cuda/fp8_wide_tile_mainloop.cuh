@@ -11,11 +11,13 @@
 // the result: result[:, slice] += acc_slice * (scale_a(row) * scale_b(column block)). Two slice accumulators
 // alternate, so the promotion of slice s runs while slice s+1's wgmmas execute (as in fp8_overlap_mainloop.cuh);
 // at kSliceN = 64 that is 128 + 2 x 32 registers of accumulators. Cost: A is read from shared memory once per
-// slice instead of once per k-tile (the trade this variant measures).
+// slice instead of once per k-tile. Measured (H200, sessions 18-19, fp8_wide*_h200.md): +2-8% over the 128x128
+// kernel on 4 of the 5 benchmark shapes, so JAX_MOE_FFI_FP8_TILES=auto takes it (1x2 cluster) where N has an even
+// number of 256-wide tiles.
 //
 // Numerics: per output element the same float32 operations in the same order as the 128x128 overlapped
 // mainloop (slice over 128 of K by the tensor cores, then one FFMA with scale_a * scale_b), so the output is
-// meant to be bitwise that kernel's (GPU test test_gpu_fp8_wide_tiles_bitwise_the_default).
+// bitwise that kernel's (GPU test test_gpu_fp8_wide_tiles_match_128x128_bitwise, passed on the H200).
 //
 // Supported: cooperative tiles (two consumer warp groups of 64 rows), one scale block per k-tile, per-row A
 // scales and B scales per 128 columns (the forward / dgrad recipe). Anything else fails to compile.
@@ -28,7 +30,9 @@ namespace jax_moe_ffi {
 namespace cuda {
 
 // kARegisters: A is copied from shared memory into registers once per k-tile and every slice's wgmmas read it
-// there (wgmma's RS form), so that per slice only B is read from shared memory.
+// there (wgmma's RS form), so that per slice only B is read from shared memory. Bitwise the other path, but 15-20%
+// slower (session 19): at n64 it spills, so it runs 32-column slices, twice the wgmma issues and promotions per
+// k-tile, and the A copy into registers is not hidden. Opt-in only (JAX_MOE_FFI_FP8_TILES=wide_rs*).
 template <class Base, int kSliceN, bool kARegisters = false>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;

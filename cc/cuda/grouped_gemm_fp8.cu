@@ -348,7 +348,9 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 // JAX_MOE_FFI_FP8_EXPERIMENT (read on every call; only in a library built with the CMake option):
 //   direct128 | direct128c22 | direct256 | direct256c21: the scale-ignoring ceiling kernels of
 //     experiments/fp8_ceiling.cuh (wrong answers by design);
-//   overlap128c22: the default kernel on a 2x2 cluster (both operands multicast);
+//   coop128: the cooperative 128x128 kernel with our overlapped mainloop (JAX_MOE_FFI_FP8_TILES=large; the
+//     default before 128x256 tiles became auto's choice);
+//   overlap128c22: coop128 on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
 //   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs /
@@ -360,7 +362,10 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   using BF16 = cutlass::bfloat16_t;
   const char* v = std::getenv("JAX_MOE_FFI_FP8_EXPERIMENT");
   const std::string which(v != nullptr ? v : "");
-  if (which == "direct128") {
+  if (which == "coop128") {
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopOverlapConfig>>(stream, ws, c,
+                                                                                                  dev);
+  } else if (which == "direct128") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<128, 1, 2>>>(
         stream, ws, c, dev);
   } else if (which == "direct256") {
@@ -417,21 +422,31 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   const bool small = UseSmallFp8Tiles(c);
   if constexpr (std::is_same_v<ElementA, E4M3>) {
     const std::string& tiles = Fp8TileChoice();
-    if (!small && tiles == "wide") {
+    // auto: 128x256 tiles where the 1x2 cluster covers N without a padded tile (an even number of 256-wide column
+    // tiles) and our mainloop is on; measured faster than 128x128 on every benchmark shape (cc/cuda/NOTES.md).
+    const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
+    if (!small && (tiles == "wide" || auto_wide)) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
                                                                                                        dev);
     }
-    if (!small && tiles == "wide_c21") {
-      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(stream, ws, c,
-                                                                                                       dev);
-    }
-    if (!small && tiles == "wide_rs") {
-      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, true>>>(
-          stream, ws, c, dev);
-    }
-    if (!small && tiles == "wide_rs_c21") {
+    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21")) {
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+      // The compile check (CI) builds auto's kernels only: the other wide variants are A/B alternatives.
+      return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                        "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
+                        "JAX_MOE_FFI_FP8_TILES=" + tiles + " is not in it; rebuild without it");
+#else
+      if (tiles == "wide_c21") {
+        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
+            stream, ws, c, dev);
+      }
+      if (tiles == "wide_rs") {
+        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, true>>>(
+            stream, ws, c, dev);
+      }
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, true>>>(
           stream, ws, c, dev);
+#endif
     }
   }
   if (UseOverlapMainloop()) {
