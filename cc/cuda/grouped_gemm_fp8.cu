@@ -276,9 +276,10 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
 }
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21, read once
-// (tuning on the target machine). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh),
-// cluster 1x2 / 2x1, *_rs with A in registers, for E4M3 activations where auto would take 128-row tiles (other
-// calls keep auto's choice).
+// (tuning on the target machine). auto: small (ping-pong 64x128) for short groups, else wide for E4M3 activations
+// when N has an even number of 256-wide tiles, else large (cooperative 128x128). wide*: 128x256 tiles with sliced
+// promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, for E4M3 activations
+// where auto would take 128-row tiles (other calls keep auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
@@ -423,7 +424,8 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
   if constexpr (std::is_same_v<ElementA, E4M3>) {
     const std::string& tiles = Fp8TileChoice();
     // auto: 128x256 tiles where the 1x2 cluster covers N without a padded tile (an even number of 256-wide column
-    // tiles) and our mainloop is on; measured faster than 128x128 on every benchmark shape (cc/cuda/NOTES.md).
+    // tiles) and our mainloop is on: +2-8% over 128x128 on 4 of the 5 benchmark shapes, qwen3 down within the noise
+    // (cc/cuda/NOTES.md).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
     if (!small && (tiles == "wide" || auto_wide)) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,

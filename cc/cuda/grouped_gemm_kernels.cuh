@@ -196,7 +196,8 @@ using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 
 // 128x256 tiles (fp8_wide_tile_mainloop.cuh): the result promoted in 64-column slices so that it fits the
 // registers; cluster CM x CN; kRegisterA: A read into registers once per k-tile (wgmma RS) instead of from shared
-// memory by every slice, with 32-column slices (64 spilled: ~650 bytes per thread with ptxas 13.0). Forward / dgrad with E4M3 activations; opt-in (JAX_MOE_FFI_FP8_TILES=wide*).
+// memory by every slice, with 32-column slices (64 spilled: ~650 bytes per thread with ptxas 13.0). Forward /
+// dgrad with E4M3 activations; <1, 2> is auto's choice where N has an even number of 256-wide tiles.
 template <int kClusterM, int kClusterN, bool kRegisterA = false>
 struct Fp8CoopWideConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
