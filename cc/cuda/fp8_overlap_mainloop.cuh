@@ -37,6 +37,32 @@
 namespace jax_moe_ffi {
 namespace cuda {
 
+// The blockwise scales of a pipeline stage partitioned like the result: the scales in shared memory seen as
+// (BLK_M, BLK_N, (BLK_K, PIPE)) tensors that broadcast along the dimension they do not depend on, so that
+// partition_C gives each thread the scales of its accumulator elements. Returns (tCsSFA, tCsSFB), each
+// (MMA,MMA_M,MMA_N,(MMA_K,PIPE)). Shared by the mainloops here and in fp8_wide_tile_mainloop.cuh.
+template <class Mainloop>
+CUTLASS_DEVICE auto PartitionScalesLikeResult(typename Mainloop::TensorStorage& shared_tensors, int thread_idx) {
+  using namespace cute;
+  using TileShape = typename Mainloop::TileShape;
+  using SmemLayoutSFA = typename Mainloop::SmemLayoutSFA;
+  using SmemLayoutSFB = typename Mainloop::SmemLayoutSFB;
+  Tensor sSFA = make_tensor(
+      make_smem_ptr(shared_tensors.smem_SFA.data()),
+      make_layout(make_shape(shape<0>(SmemLayoutSFA{}), get<1>(TileShape{}),
+                             make_shape(shape<1>(SmemLayoutSFA{}), shape<2>(SmemLayoutSFA{}))),
+                  make_stride(stride<0>(SmemLayoutSFA{}), _0{},
+                              make_stride(stride<1>(SmemLayoutSFA{}), stride<2>(SmemLayoutSFA{})))));
+  Tensor sSFB = make_tensor(
+      make_smem_ptr(shared_tensors.smem_SFB.data()),
+      make_layout(make_shape(get<0>(TileShape{}), shape<0>(SmemLayoutSFB{}),
+                             make_shape(shape<1>(SmemLayoutSFB{}), shape<2>(SmemLayoutSFB{}))),
+                  make_stride(_0{}, stride<0>(SmemLayoutSFB{}),
+                              make_stride(stride<1>(SmemLayoutSFB{}), stride<2>(SmemLayoutSFB{})))));
+  auto thread_mma = typename Mainloop::TiledMma{}.get_slice(thread_idx);
+  return make_tuple(thread_mma.partition_C(sSFA), thread_mma.partition_C(sSFB));
+}
+
 template <class Base>
 struct OverlappedPromotionMainloop : Base {
   using Base::Base;
@@ -49,8 +75,6 @@ struct OverlappedPromotionMainloop : Base {
   using Params = typename Base::Params;
   using SmemLayoutA = typename Base::SmemLayoutA;
   using SmemLayoutB = typename Base::SmemLayoutB;
-  using SmemLayoutSFA = typename Base::SmemLayoutSFA;
-  using SmemLayoutSFB = typename Base::SmemLayoutSFB;
 
   static_assert(cute::size<2>(TileShape{}) == Base::ScaleGranularityK,
                 "overlapped promotion: one scale block per k-tile");
@@ -70,28 +94,13 @@ struct OverlappedPromotionMainloop : Base {
 
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (M,K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (N,K,PIPE)
-    // The scales in shared memory seen as (BLK_M, BLK_N, (BLK_K, PIPE)) tensors that broadcast along the
-    // dimension they do not depend on, so that partition_C gives each thread the scales of its
-    // accumulator elements.
-    Tensor sSFA = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFA.data()),
-        make_layout(make_shape(shape<0>(SmemLayoutSFA{}), get<1>(TileShape{}),
-                               make_shape(shape<1>(SmemLayoutSFA{}), shape<2>(SmemLayoutSFA{}))),
-                    make_stride(stride<0>(SmemLayoutSFA{}), _0{},
-                                make_stride(stride<1>(SmemLayoutSFA{}), stride<2>(SmemLayoutSFA{})))));
-    Tensor sSFB = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFB.data()),
-        make_layout(make_shape(get<0>(TileShape{}), shape<0>(SmemLayoutSFB{}),
-                               make_shape(shape<1>(SmemLayoutSFB{}), shape<2>(SmemLayoutSFB{}))),
-                    make_stride(_0{}, stride<0>(SmemLayoutSFB{}),
-                                make_stride(stride<1>(SmemLayoutSFB{}), stride<2>(SmemLayoutSFB{})))));
-
     constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
     const int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
     TiledMma tiled_mma;
     auto wg_mma = tiled_mma.get_slice(make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
-    Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
-    Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
+    auto scales_like_result = PartitionScalesLikeResult<Base>(shared_tensors, thread_idx);
+    Tensor tCsSFA = get<0>(scales_like_result);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
+    Tensor tCsSFB = get<1>(scales_like_result);
     Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));        // (MMA,MMA_M,MMA_K,PIPE)
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));        // (MMA,MMA_N,MMA_K,PIPE)
     CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));

@@ -24,7 +24,9 @@
 #pragma once
 
 #include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
+#include "cuda/fp8_overlap_mainloop.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -33,7 +35,13 @@ namespace cuda {
 // there (wgmma's RS form), so that per slice only B is read from shared memory. Bitwise the other path, but 15-20%
 // slower (session 19): at n64 it spills, so it runs 32-column slices, twice the wgmma issues and promotions per
 // k-tile, and the A copy into registers is not hidden. Opt-in only (JAX_MOE_FFI_FP8_TILES=wide_rs*).
-template <class Base, int kSliceN, bool kARegisters = false>
+//
+// kOrderedWarpGroups: one slice accumulator per warp group (kSliceN = 128: 128 + 64 registers, A read twice per
+// k-tile instead of four times) and no second one to promote under; instead the two consumer warp groups take
+// turns issuing their slices (a pair of named barriers), so that one's promotion runs under the other's wgmmas, as
+// the ping-pong kernel overlaps one warp group's epilogue with the other's mainloop. Opt-in
+// (JAX_MOE_FFI_FP8_TILES=wide_ordered) until measured.
+template <class Base, int kSliceN, bool kARegisters = false, bool kOrderedWarpGroups = false>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;
   using TiledMma = typename Base::TiledMma;
@@ -45,12 +53,14 @@ struct SlicedPromotionMainloop : Base {
   using Params = typename Base::Params;
   using SmemLayoutA = typename Base::SmemLayoutA;
   using SmemLayoutB = typename Base::SmemLayoutB;
-  using SmemLayoutSFA = typename Base::SmemLayoutSFA;
-  using SmemLayoutSFB = typename Base::SmemLayoutSFB;
 
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr int kSlices = kTileN / kSliceN;
   static_assert(kTileN % kSliceN == 0 && kSlices % 2 == 0, "sliced promotion: an even number of slices per tile");
+  static_assert(!(kARegisters && kOrderedWarpGroups), "sliced promotion: ordered warp groups read A from shared memory");
+  // Named barriers (CUTLASS numbers user barriers after its reserved ones): warp group w waits on kTurnBarrier + w
+  // for its turn to issue.
+  static constexpr uint32_t kTurnBarrier = 0;
   static_assert(cute::size(TiledMma{}) == 2 * cutlass::NumThreadsPerWarpGroup && cute::size<0>(TileShape{}) == 128,
                 "sliced promotion: cooperative 128-row tiles (two consumer warp groups of 64 rows)");
   static_assert(cute::size<2>(TileShape{}) == Base::ScaleGranularityK, "sliced promotion: one scale block per k-tile");
@@ -77,25 +87,11 @@ struct SlicedPromotionMainloop : Base {
 
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (M,K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (N,K,PIPE)
-    // Scales broadcast to (BLK_M, BLK_N, (BLK_K, PIPE)) as in fp8_overlap_mainloop.cuh, partitioned like the
-    // result: element i of a thread's result has its scales at element i of these.
-    Tensor sSFA = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFA.data()),
-        make_layout(make_shape(shape<0>(SmemLayoutSFA{}), get<1>(TileShape{}),
-                               make_shape(shape<1>(SmemLayoutSFA{}), shape<2>(SmemLayoutSFA{}))),
-                    make_stride(stride<0>(SmemLayoutSFA{}), _0{},
-                                make_stride(stride<1>(SmemLayoutSFA{}), stride<2>(SmemLayoutSFA{})))));
-    Tensor sSFB = make_tensor(
-        make_smem_ptr(shared_tensors.smem_SFB.data()),
-        make_layout(make_shape(get<0>(TileShape{}), shape<0>(SmemLayoutSFB{}),
-                               make_shape(shape<1>(SmemLayoutSFB{}), shape<2>(SmemLayoutSFB{}))),
-                    make_stride(_0{}, stride<0>(SmemLayoutSFB{}),
-                                make_stride(stride<1>(SmemLayoutSFB{}), stride<2>(SmemLayoutSFB{})))));
-
     const int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
-    TiledMma tiled_mma;
-    Tensor tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
-    Tensor tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
+    // Element i of a thread's result has its scales at element i of these.
+    auto scales_like_result = PartitionScalesLikeResult<Base>(shared_tensors, thread_idx);
+    Tensor tCsSFA = get<0>(scales_like_result);  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE))
+    Tensor tCsSFB = get<1>(scales_like_result);
     SliceMma slice_mma;
     auto wg_mma = slice_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA,kSlices,MMA_K,PIPE)
@@ -185,6 +181,40 @@ struct SlicedPromotionMainloop : Base {
     clear(accum);
     warpgroup_fence_operand(accum);
     if (k_tile_count <= 0) return;
+
+    if constexpr (kOrderedWarpGroups) {
+      // Turns: warp group 0 issues, then 1, then 0 ... Each issues a slice, passes the turn, waits for its slice
+      // and promotes it while the other's wgmmas run. Per call both issue 2 x k_tile_count slices; warp group 0
+      // skips its first wait and warp group 1 its last pass, so every barrier phase gets 128 arrives + 128 syncs
+      // and no phase is left open for the next tile.
+      constexpr uint32_t kBoth = 2 * cutlass::NumThreadsPerWarpGroup;
+      const uint32_t own_turn = kTurnBarrier + warp_group;
+      const uint32_t other_turn = kTurnBarrier + 1 - warp_group;
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int k = 0; k < k_tile_count; ++k) {
+        pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+        const int stage = smem_pipe_read.index();
+        read_scales(stage, _0{});
+        for_each(make_seq<kSlices>{}, [&](auto s) {
+          constexpr int kS = decltype(s)::value;
+          if (warp_group == 1 || k > 0 || kS > 0) cutlass::arch::NamedBarrier::sync(kBoth, own_turn);
+          issue(slice0, stage, s, 0, kKBlocks);
+          if (warp_group == 0 || k + 1 < k_tile_count || kS + 1 < kSlices) {
+            cutlass::arch::NamedBarrier::arrive(kBoth, other_turn);
+          }
+          warpgroup_wait<0>();
+          // The stage's last reader in this warp group has retired; the last k-tile's stage is released by the
+          // kernel's mma_tail(), as in CUTLASS's mainloop.
+          if constexpr (kS == kSlices - 1) {
+            if (k + 1 < k_tile_count) pipeline.consumer_release(smem_pipe_read);
+          }
+          promote(slice0, _0{}, s);
+        });
+        ++smem_pipe_read;
+      }
+      warpgroup_fence_operand(accum);
+      return;
+    }
 
     // One k-tile: its kSlices slices alternate between the two accumulators (even slices in slice0). Slice s is
     // issued, then slice s-1 (of this k-tile, or the previous k-tile's last) is waited for and promoted. After

@@ -198,7 +198,8 @@ using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 // registers; cluster CM x CN; kRegisterA: A read into registers once per k-tile (wgmma RS) instead of from shared
 // memory by every slice, with 32-column slices (64 spilled: ~650 bytes per thread with ptxas 13.0). Forward /
 // dgrad with E4M3 activations; <1, 2> is auto's choice where N has an even number of 256-wide tiles.
-template <int kClusterM, int kClusterN, bool kRegisterA = false>
+// kOrdered: one 128-column slice per warp group, the two warp groups' wgmma issue taking turns (opt-in, to measure).
+template <int kClusterM, int kClusterN, bool kRegisterA = false, bool kOrdered = false>
 struct Fp8CoopWideConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
@@ -206,9 +207,12 @@ struct Fp8CoopWideConfig {
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   static constexpr bool kOverlap = true;
   template <class Builder>
-  using Mainloop = SlicedPromotionMainloop<Builder, kRegisterA ? 32 : 64, kRegisterA>;  // RS: n64 slices spill
+  using Mainloop = SlicedPromotionMainloop<Builder, kOrdered ? 128 : kRegisterA ? 32 : 64, kRegisterA,
+                                           kOrdered>;  // RS: n64 slices spill
   static constexpr const char* kName =
-      kRegisterA ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced32_rs"
+      kOrdered ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced128_ordered"
+                                 : "fp8_blockwise_coop_128x256x128_c1x2_sliced128_ordered")
+      : kRegisterA ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced32_rs"
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced32_rs")
                  : (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced64");

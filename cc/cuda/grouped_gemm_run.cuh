@@ -475,13 +475,23 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
 
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
 // (c2x1: the old default; pp128) are compiled for bf16 -> bf16 only, to bound the build time;
-// other dtypes say so once and use the automatic choice.
+// other dtypes say so once and use the automatic choice. The compile check (BF16_ONLY) has none of them.
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                           const DeviceInfo& dev) {
   Tiles tiles = ChooseTiles(c);
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // The compile check (CI) builds the automatic choice's kernels only (the same templates as the A/B ones).
+  if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
+                      "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick are not in it; rebuild without it");
+  }
+  constexpr bool kAbConfigs = false;
+#else
   constexpr bool kAbConfigs =
       std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
+#endif
   if constexpr (kAbConfigs) {
     if (tiles == Tiles::kPaired) return RunPaired<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     if (tiles == Tiles::kCoopC2x1)
@@ -531,6 +541,14 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
     case Op::kWgrad:
       if constexpr (!Acc) {
         const WgradTiles wt = ChooseWgradTiles();
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+        // The compile check (CI): the default wgrad tiles only.
+        if (wt != WgradTiles::kPingpong) {
+          return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                            "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile "
+                            "check): JAX_MOE_FFI_WGRAD_TILES=coop/c2x2 are not in it; rebuild without it");
+        }
+#else
         if (wt == WgradTiles::kCoop)
           return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig<2, 1>>>(
               stream, ws, c, dev);
@@ -542,6 +560,7 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
           SayOnce(&said_ab_dtype, "JAX_MOE_FFI_WGRAD_TILES=c2x2 is compiled for bf16 -> bf16 only; "
                                   "other dtypes use the default wgrad tiles");
         }
+#endif
         return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 1>>>(
             stream, ws, c, dev);
       }
