@@ -23,6 +23,7 @@ same quantised operands, alternating over --rounds:
   wide64rsc21    the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_rs_c21)
   wide128oc12    128x256 tiles, 1x2, one 128-column slice per warp group, the two warp groups' wgmma issue taking
                  turns (JAX_MOE_FFI_FP8_TILES=wide_ordered); checked bitwise against default
+  wide128fc12    the same without the turns (their control); checked bitwise against default
 
 The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
 promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
@@ -45,7 +46,7 @@ import grouped_gemm as gg
 
 VARIANTS = ("default", "coop128", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
             "pertensor128", "pertensor256c21", "wide64c12", "wide64c21",
-            "wide64rsc12", "wide64rsc21", "wide128oc12")
+            "wide64rsc12", "wide64rsc21", "wide128oc12", "wide128fc12")
 
 
 def main(argv=None):

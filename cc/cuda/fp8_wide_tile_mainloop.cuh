@@ -36,12 +36,15 @@ namespace cuda {
 // slower (session 19): at n64 it spills, so it runs 32-column slices, twice the wgmma issues and promotions per
 // k-tile, and the A copy into registers is not hidden. Opt-in only (JAX_MOE_FFI_FP8_TILES=wide_rs*).
 //
-// kOrderedWarpGroups: one slice accumulator per warp group (kSliceN = 128: 128 + 64 registers, A read twice per
-// k-tile instead of four times) and no second one to promote under; instead the two consumer warp groups take
+//
+// SliceOrder::kOneSliceTurns: one slice accumulator per warp group (kSliceN = 128: 128 + 64 registers, A read twice
+// per k-tile instead of four times) and no second one to promote under; instead the two consumer warp groups take
 // turns issuing their slices (a pair of named barriers), so that one's promotion runs under the other's wgmmas, as
-// the ping-pong kernel overlaps one warp group's epilogue with the other's mainloop. Opt-in
-// (JAX_MOE_FFI_FP8_TILES=wide_ordered) until measured.
-template <class Base, int kSliceN, bool kARegisters = false, bool kOrderedWarpGroups = false>
+// the ping-pong kernel overlaps one warp group's epilogue with the other's mainloop. kOneSliceFree: the same
+// without the turns (the control for them). Opt-in (JAX_MOE_FFI_FP8_TILES=wide_ordered) until measured.
+enum class SliceOrder { kDoubleBuffered, kOneSliceTurns, kOneSliceFree };
+
+template <class Base, int kSliceN, bool kARegisters = false, SliceOrder kOrder = SliceOrder::kDoubleBuffered>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;
   using TiledMma = typename Base::TiledMma;
@@ -57,7 +60,9 @@ struct SlicedPromotionMainloop : Base {
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr int kSlices = kTileN / kSliceN;
   static_assert(kTileN % kSliceN == 0 && kSlices % 2 == 0, "sliced promotion: an even number of slices per tile");
-  static_assert(!(kARegisters && kOrderedWarpGroups), "sliced promotion: ordered warp groups read A from shared memory");
+  static constexpr bool kOneSlice = kOrder != SliceOrder::kDoubleBuffered;
+  static constexpr bool kTurns = kOrder == SliceOrder::kOneSliceTurns;
+  static_assert(!(kARegisters && kOneSlice), "sliced promotion: one slice per warp group reads A from shared memory");
   // Named barriers (CUTLASS numbers user barriers after its reserved ones): warp group w waits on kTurnBarrier + w
   // for its turn to issue.
   static constexpr uint32_t kTurnBarrier = 0;
@@ -182,7 +187,7 @@ struct SlicedPromotionMainloop : Base {
     warpgroup_fence_operand(accum);
     if (k_tile_count <= 0) return;
 
-    if constexpr (kOrderedWarpGroups) {
+    if constexpr (kOneSlice) {
       // Turns: warp group 0 issues, then 1, then 0 ... Each issues a slice, passes the turn, waits for its slice
       // and promotes it while the other's wgmmas run. Per call both issue 2 x k_tile_count slices; warp group 0
       // skips its first wait and warp group 1 its last pass, so every barrier phase gets 128 arrives + 128 syncs
@@ -197,10 +202,14 @@ struct SlicedPromotionMainloop : Base {
         read_scales(stage, _0{});
         for_each(make_seq<kSlices>{}, [&](auto s) {
           constexpr int kS = decltype(s)::value;
-          if (warp_group == 1 || k > 0 || kS > 0) cutlass::arch::NamedBarrier::sync(kBoth, own_turn);
+          if constexpr (kTurns) {
+            if (warp_group == 1 || k > 0 || kS > 0) cutlass::arch::NamedBarrier::sync(kBoth, own_turn);
+          }
           issue(slice0, stage, s, 0, kKBlocks);
-          if (warp_group == 0 || k + 1 < k_tile_count || kS + 1 < kSlices) {
-            cutlass::arch::NamedBarrier::arrive(kBoth, other_turn);
+          if constexpr (kTurns) {
+            if (warp_group == 0 || k + 1 < k_tile_count || kS + 1 < kSlices) {
+              cutlass::arch::NamedBarrier::arrive(kBoth, other_turn);
+            }
           }
           warpgroup_wait<0>();
           // The stage's last reader in this warp group has retired; the last k-tile's stage is released by the

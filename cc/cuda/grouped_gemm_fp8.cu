@@ -356,7 +356,7 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
 //   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128oc12: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 /
-//     wide_rs / wide_rs_c21 / wide_ordered kernels, per call.
+//     wide_rs / wide_rs_c21 / wide_ordered kernels, per call; wide128fc12: wide128oc12 without the turns.
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -401,7 +401,11 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, true>>>(
         stream, ws, c, dev);
   } else if (which == "wide128oc12") {  // JAX_MOE_FFI_FP8_TILES=wide_ordered, per call
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceTurns>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide128fc12") {  // the same without the turns (their control)
+    *result = RunFp8GroupedGemm<
+        GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceFree>>>(
         stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
@@ -447,7 +451,7 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
             stream, ws, c, dev);
       }
       if (tiles == "wide_ordered") {
-        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
+        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceTurns>>>(
             stream, ws, c, dev);
       }
       if (tiles == "wide_rs") {

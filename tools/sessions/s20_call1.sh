@@ -10,12 +10,12 @@ timeout ${T_TESTS:-150} python3 -m pytest -m gpu -q --tb=short -p no:cacheprovid
 echo "tests rc=$?"; grep -E "passed|failed|FAILED|Error|assert|Timeout" $R/gpu_tests.log | tail -8 | cut -c1-220
 tar czf $OUT_DEV/results.tgz -C $R .
 XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_CEIL:-150} python3 benchmarks/fp8_ceiling.py --rounds 2 \
-  --variants default,wide128oc12,direct256 --out fp8_wide_ordered_h200 > $R/fp8_wide_ordered.log 2>&1
+  --variants default,wide128oc12,wide128fc12,direct256 --out fp8_wide_ordered_h200 > $R/fp8_wide_ordered.log 2>&1
 echo "ordered rc=$?"; grep -E "TFLOP" $R/fp8_wide_ordered.log | cut -c1-120
 cp benchmarks/results/fp8_wide_ordered_h200.* $R/ 2>/dev/null
 tar czf $OUT_DEV/results.tgz -C $R .
 XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_SKEW:-90} python3 benchmarks/fp8_ceiling.py --rounds 2 \
-  --groups skew --variants default,wide128oc12 --out fp8_wide_ordered_skew_h200 > $R/fp8_wide_ordered_skew.log 2>&1
+  --groups skew --variants default,wide128oc12,wide128fc12 --out fp8_wide_ordered_skew_h200 > $R/fp8_wide_ordered_skew.log 2>&1
 echo "skew rc=$?"; grep -E "TFLOP" $R/fp8_wide_ordered_skew.log | cut -c1-120
 cp benchmarks/results/fp8_wide_ordered_skew_h200.* $R/ 2>/dev/null
 tar czf $OUT_DEV/results.tgz -C $R .
