@@ -4,8 +4,8 @@ Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON (cc/cuda/experi
 handler reads JAX_MOE_FFI_FP8_EXPERIMENT on every call, so one jitted forward runs each variant in turn on the
 same quantised operands, alternating over --rounds:
 
-  default        the shipped choice (JAX_MOE_FFI_FP8_TILES=auto): since session 19 wide64c12 where N has an even
-                 number of 256-wide tiles (every benchmark shape), coop128 otherwise
+  default        the shipped choice (JAX_MOE_FFI_FP8_TILES=auto): where N has an even number of 256-wide tiles
+                 (every benchmark shape) wide128c12 for K <= 2048, wide64c12 above (session 20); coop128 otherwise
   coop128        cooperative 128x128x128, 1x2 cluster, overlapped promotion (the default until session 19;
                  JAX_MOE_FFI_FP8_TILES=large); checked bitwise against default
   overlap128c22  coop128 on a 2x2 cluster (both operands multicast); checked bitwise against default
@@ -21,10 +21,8 @@ same quantised operands, alternating over --rounds:
   wide64c21      the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_c21)
   wide64rsc12    wide64c12 with A read into registers once per k-tile (wgmma RS; JAX_MOE_FFI_FP8_TILES=wide_rs)
   wide64rsc21    the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_rs_c21)
-  wide128oc12    128x256 tiles, 1x2, one 128-column slice per warp group, the two warp groups' wgmma issue taking
-                 turns (JAX_MOE_FFI_FP8_TILES=wide_ordered); checked bitwise against default
-  wide128fc12    the same without the turns (their control); checked bitwise against default
-
+  wide128c12     128x256 tiles, 1x2, one 128-column slice per warp group (JAX_MOE_FFI_FP8_TILES=wide_one_slice;
+                 auto's choice for K <= 2048 since session 20); checked bitwise against default
 The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
 promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
 any scales does. Writes benchmarks/results/<out>.{json,md,png}.
@@ -46,7 +44,7 @@ import grouped_gemm as gg
 
 VARIANTS = ("default", "coop128", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
             "pertensor128", "pertensor256c21", "wide64c12", "wide64c21",
-            "wide64rsc12", "wide64rsc21", "wide128oc12", "wide128fc12")
+            "wide64rsc12", "wide64rsc21", "wide128c12")
 
 
 def main(argv=None):

@@ -24,7 +24,6 @@
 #pragma once
 
 #include "cute/tensor.hpp"
-#include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 #include "cuda/fp8_overlap_mainloop.cuh"
 
@@ -37,14 +36,13 @@ namespace cuda {
 // k-tile, and the A copy into registers is not hidden. Opt-in only (JAX_MOE_FFI_FP8_TILES=wide_rs*).
 //
 //
-// SliceOrder::kOneSliceTurns: one slice accumulator per warp group (kSliceN = 128: 128 + 64 registers, A read twice
-// per k-tile instead of four times) and no second one to promote under; instead the two consumer warp groups take
-// turns issuing their slices (a pair of named barriers), so that one's promotion runs under the other's wgmmas, as
-// the ping-pong kernel overlaps one warp group's epilogue with the other's mainloop. kOneSliceFree: the same
-// without the turns (the control for them). Opt-in (JAX_MOE_FFI_FP8_TILES=wide_ordered) until measured.
-enum class SliceOrder { kDoubleBuffered, kOneSliceTurns, kOneSliceFree };
-
-template <class Base, int kSliceN, bool kARegisters = false, SliceOrder kOrder = SliceOrder::kDoubleBuffered>
+// kOneSlice: one slice accumulator per warp group, 128 columns (128 + 64 registers; A read from shared memory twice
+// per k-tile instead of four times), waited for and promoted before the next slice is issued: a warp group's
+// promotion runs under the other warp group's wgmmas only. Measured (H200, session 20, fp8_wide_ordered*_h200.md):
+// +4-7% over the double-buffered 64-column slices on the qwen3-30b shapes (K = 2048 and 768: 16 and 6 k-tiles per
+// tile), -2-3% on K = 4096 and 7168, so auto takes it for K <= 2048. (Forcing the two warp groups to take turns
+// issuing, with a pair of named barriers, was bitwise too but slower than leaving them free, by 1-4%.)
+template <class Base, int kSliceN, bool kARegisters = false, bool kOneSlice = false>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;
   using TiledMma = typename Base::TiledMma;
@@ -60,12 +58,7 @@ struct SlicedPromotionMainloop : Base {
   static constexpr int kTileN = cute::size<1>(TileShape{});
   static constexpr int kSlices = kTileN / kSliceN;
   static_assert(kTileN % kSliceN == 0 && kSlices % 2 == 0, "sliced promotion: an even number of slices per tile");
-  static constexpr bool kOneSlice = kOrder != SliceOrder::kDoubleBuffered;
-  static constexpr bool kTurns = kOrder == SliceOrder::kOneSliceTurns;
   static_assert(!(kARegisters && kOneSlice), "sliced promotion: one slice per warp group reads A from shared memory");
-  // Named barriers (CUTLASS numbers user barriers after its reserved ones): warp group w waits on kTurnBarrier + w
-  // for its turn to issue.
-  static constexpr uint32_t kTurnBarrier = 0;
   static_assert(cute::size(TiledMma{}) == 2 * cutlass::NumThreadsPerWarpGroup && cute::size<0>(TileShape{}) == 128,
                 "sliced promotion: cooperative 128-row tiles (two consumer warp groups of 64 rows)");
   static_assert(cute::size<2>(TileShape{}) == Base::ScaleGranularityK, "sliced promotion: one scale block per k-tile");
@@ -188,13 +181,6 @@ struct SlicedPromotionMainloop : Base {
     if (k_tile_count <= 0) return;
 
     if constexpr (kOneSlice) {
-      // Turns: warp group 0 issues, then 1, then 0 ... Each issues a slice, passes the turn, waits for its slice
-      // and promotes it while the other's wgmmas run. Per call both issue 2 x k_tile_count slices; warp group 0
-      // skips its first wait and warp group 1 its last pass, so every barrier phase gets 128 arrives + 128 syncs
-      // and no phase is left open for the next tile.
-      constexpr uint32_t kBoth = 2 * cutlass::NumThreadsPerWarpGroup;
-      const uint32_t own_turn = kTurnBarrier + warp_group;
-      const uint32_t other_turn = kTurnBarrier + 1 - warp_group;
       CUTLASS_PRAGMA_NO_UNROLL
       for (int k = 0; k < k_tile_count; ++k) {
         pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
@@ -202,15 +188,7 @@ struct SlicedPromotionMainloop : Base {
         read_scales(stage, _0{});
         for_each(make_seq<kSlices>{}, [&](auto s) {
           constexpr int kS = decltype(s)::value;
-          if constexpr (kTurns) {
-            if (warp_group == 1 || k > 0 || kS > 0) cutlass::arch::NamedBarrier::sync(kBoth, own_turn);
-          }
           issue(slice0, stage, s, 0, kKBlocks);
-          if constexpr (kTurns) {
-            if (warp_group == 0 || k + 1 < k_tile_count || kS + 1 < kSlices) {
-              cutlass::arch::NamedBarrier::arrive(kBoth, other_turn);
-            }
-          }
           warpgroup_wait<0>();
           // The stage's last reader in this warp group has retired; the last k-tile's stage is released by the
           // kernel's mma_tail(), as in CUTLASS's mainloop.

@@ -275,20 +275,20 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
   return choice == other;
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_ordered, read once
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice, read once
 // (tuning on the target machine). auto: small (ping-pong 64x128) for short groups, else wide for E4M3 activations
 // when N has an even number of 256-wide tiles, else large (cooperative 128x128). wide*: 128x256 tiles with sliced
-// promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_ordered with 128-column
-// slices and the two warp groups' wgmma issue taking turns (1x2), for E4M3 activations
+// promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice with one
+// 128-column slice per warp group (1x2; auto's choice for K <= 2048), for E4M3 activations
 // where auto would take 128-row tiles (other calls keep auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string value(v != nullptr ? v : "auto");
     if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21" &&
-        value != "wide_rs" && value != "wide_rs_c21" && value != "wide_ordered") {
+        value != "wide_rs" && value != "wide_rs_c21" && value != "wide_one_slice") {
       std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21|wide_rs|"
-                           "wide_rs_c21|wide_ordered; unknown value ignored, using auto\n");
+                           "wide_rs_c21|wide_one_slice; unknown value ignored, using auto\n");
       return std::string("auto");
     }
     return value;
@@ -355,8 +355,8 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //   overlap128c22: coop128 on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
-//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128oc12: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 /
-//     wide_rs / wide_rs_c21 / wide_ordered kernels, per call; wide128fc12: wide128oc12 without the turns.
+//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128c12: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 /
+//     wide_rs / wide_rs_c21 / wide_one_slice kernels, per call.
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -400,12 +400,8 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "wide64rsc21") {  // JAX_MOE_FFI_FP8_TILES=wide_rs_c21, per call
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, true>>>(
         stream, ws, c, dev);
-  } else if (which == "wide128oc12") {  // JAX_MOE_FFI_FP8_TILES=wide_ordered, per call
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceTurns>>>(
-        stream, ws, c, dev);
-  } else if (which == "wide128fc12") {  // the same without the turns (their control)
-    *result = RunFp8GroupedGemm<
-        GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceFree>>>(
+  } else if (which == "wide128c12") {  // one 128-column slice per warp group (JAX_MOE_FFI_FP8_TILES=wide_one_slice)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
         stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
@@ -434,12 +430,18 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     // auto: 128x256 tiles where the 1x2 cluster covers N without a padded tile (an even number of 256-wide column
     // tiles) and our mainloop is on: +2-8% over 128x128 on 4 of the 5 benchmark shapes, qwen3 down within the noise
     // (cc/cuda/NOTES.md).
+    // Of those, K <= 2048 (at most 16 k-tiles per tile) takes one 128-column slice per warp group: +4-7% on the
+    // qwen3-30b shapes, -2-3% at K = 4096 / 7168 (session 20, fp8_wide_tile_mainloop.cuh).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
+    if (!small && (tiles == "wide_one_slice" || (auto_wide && c.k <= 2048))) {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
+          stream, ws, c, dev);
+    }
     if (!small && (tiles == "wide" || auto_wide)) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
                                                                                                        dev);
     }
-    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21" || tiles == "wide_ordered")) {
+    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21")) {
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
       // The compile check (CI) builds auto's kernels only: the other wide variants are A/B alternatives.
       return ffi::Error(ffi::ErrorCode::kUnimplemented,
@@ -448,10 +450,6 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
 #else
       if (tiles == "wide_c21") {
         return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
-            stream, ws, c, dev);
-      }
-      if (tiles == "wide_ordered") {
-        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, SliceOrder::kOneSliceTurns>>>(
             stream, ws, c, dev);
       }
       if (tiles == "wide_rs") {

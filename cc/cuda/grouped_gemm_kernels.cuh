@@ -198,23 +198,20 @@ using Fp8PingpongOverlapConfig = Fp8PingpongConfigT<true>;
 // registers; cluster CM x CN; kRegisterA: A read into registers once per k-tile (wgmma RS) instead of from shared
 // memory by every slice, with 32-column slices (64 spilled: ~650 bytes per thread with ptxas 13.0). Forward /
 // dgrad with E4M3 activations; <1, 2> is auto's choice where N has an even number of 256-wide tiles.
-// kOrder (fp8_wide_tile_mainloop.cuh): one 128-column slice per warp group, the two warp groups' wgmma issue taking
-// turns or not (opt-in, to measure).
-template <int kClusterM, int kClusterN, bool kRegisterA = false, SliceOrder kOrder = SliceOrder::kDoubleBuffered>
+// kOneSlice: one 128-column slice per warp group (fp8_wide_tile_mainloop.cuh), auto's choice for K <= 2048.
+template <int kClusterM, int kClusterN, bool kRegisterA = false, bool kOneSlice = false>
 struct Fp8CoopWideConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   static constexpr bool kOverlap = true;
-  static constexpr bool kOneSlice = kOrder != SliceOrder::kDoubleBuffered;
   static_assert(!kOneSlice || (kClusterM == 1 && kClusterN == 2), "one slice per warp group: 1x2 clusters only");
   template <class Builder>
   using Mainloop = SlicedPromotionMainloop<Builder, kOneSlice ? 128 : kRegisterA ? 32 : 64, kRegisterA,
-                                           kOrder>;  // RS: n64 slices spill
+                                           kOneSlice>;  // RS: n64 slices spill
   static constexpr const char* kName =
-      kOrder == SliceOrder::kOneSliceTurns ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_turns"
-      : kOrder == SliceOrder::kOneSliceFree ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_free"
+      kOneSlice ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one"
       : kRegisterA ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced32_rs"
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced32_rs")
                  : (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"
