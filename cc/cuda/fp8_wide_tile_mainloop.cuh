@@ -38,9 +38,10 @@ namespace cuda {
 // kOneSlice: one slice accumulator per warp group, 128 columns (128 + 64 registers; A read from shared memory twice
 // per k-tile instead of four times), waited for and promoted before the next slice is issued: a warp group's
 // promotion runs under the other warp group's wgmmas only. Measured (H200, session 20, fp8_wide_ordered*_h200.md):
-// +4-7% (even groups) and +1-3% (skewed) over the double-buffered 64-column slices on the qwen3-30b shapes (K = 2048
-// and 768: 16 and 6 k-tiles per tile), -2-3% on K = 4096 and 7168, so auto takes it for K <= 2048. (Forcing the two warp groups to take turns
-// issuing, with a pair of named barriers, was bitwise too but slower than leaving them free, by 1-4%.)
+// +4-7% (even groups) and +1-3% (skewed) over the double-buffered 64-column slices on the qwen3-30b shapes
+// (K = 2048 and 768: 16 and 6 k-tiles per tile), -2-3% on K = 4096 and 7168, so auto takes it for K <= 2048.
+// (Forcing the two warp groups to take turns issuing, with a pair of named barriers, was bitwise too but 1-4%
+// slower than leaving them free.)
 template <class Base, int kSliceN, bool kARegisters = false, bool kOneSlice = false>
 struct SlicedPromotionMainloop : Base {
   using Base::Base;

@@ -275,11 +275,11 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
   return choice == other;
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice, read once
-// (tuning on the target machine). auto: small (ping-pong 64x128) for short groups, else wide for E4M3 activations
-// when N has an even number of 256-wide tiles, else large (cooperative 128x128). wide*: 128x256 tiles with sliced
-// promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice with one
-// 128-column slice per warp group (1x2; auto's choice for K <= 2048), for E4M3 activations
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice,
+// read once (tuning on the target machine). auto: small (ping-pong 64x128) for short groups, else wide for E4M3
+// activations when N has an even number of 256-wide tiles (one slice per warp group for K <= 2048), else large
+// (cooperative 128x128). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1,
+// *_rs with A in registers, wide_one_slice with one 128-column slice per warp group (1x2), for E4M3 activations
 // where auto would take 128-row tiles (other calls keep auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
