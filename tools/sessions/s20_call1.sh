@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran at d0ec514, experiment build; wide_ordered / wide128oc12 / wide128fc12 were removed after it: the one-slice
+# kernel became wide_one_slice / wide128c12, the turn-taking one was dropped.)
 # Session 20, call 1 (experiment build). The ordered-warp-group 128x256 FP8 tile (JAX_MOE_FFI_FP8_TILES=wide_ordered,
 # experiment variant wide128oc12: one 128-column slice accumulator per warp group, the two warp groups' wgmma issue
 # taking turns on a pair of named barriers): bitwise the 128x128 kernel (GPU test, short limit in case the barrier
