@@ -327,6 +327,64 @@ def test_paired_cluster_pick(sizes, n, tr):
     assert bool(jnp.all(acc[total:] == addend[total:]))
 
 
+# The cluster split (JAX_MOE_FFI_GEMM_TILES=split; bf16 -> bf16, 128-row tiles): a 2x1-cluster kernel computes
+# each group's whole pairs of 128-row tiles, then the host's 1x2 / 1x1 kernel the last tile of each group with an
+# odd count. Both kernels run the same 128x256x64 tile and k order, so the result must be bitwise the host's kernel
+# alone (`static`), plain and accumulate forms, forward and dgrad. Group sizes cover even and odd tile counts, a
+# partial last tile in either part, tile counts 1 (only the second kernel) and 2, empty groups, rows past the total.
+_SPLIT_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import jax_moe_ffi as jmf
+where = sys.argv[1]
+d = np.load(where + "/in.npz")
+gs = jnp.asarray(d["gs"])
+for tr in (False, True):
+    lhs = jnp.asarray(d["lhs"]).view(jnp.bfloat16)
+    rhs = jnp.asarray(d["rhs_t" if tr else "rhs"]).view(jnp.bfloat16)
+    add = jnp.asarray(d["add"]).view(jnp.bfloat16)
+    out = jax.jit(lambda a, b, s: jmf.grouped_matmul(a, b, s, transpose_rhs=tr))(lhs, rhs, gs)
+    acc = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c, transpose_rhs=tr))(lhs, rhs, gs, add)
+    np.save(where + "/out%d.npy" % tr, np.asarray(out.view(jnp.uint16)))
+    np.save(where + "/acc%d.npy" % tr, np.asarray(acc.view(jnp.uint16)))
+"""
+
+
+def _run_gemm_tiles(where, tiles):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_MOE_FFI_GEMM_TILES=tiles)
+    subprocess.run([sys.executable, "-c", _SPLIT_SCRIPT, str(where)], env=env, check=True, timeout=240)
+    return {f"{kind}{tr}": np.load(where / f"{kind}{tr}.npy") for kind in ("out", "acc") for tr in (0, 1)}
+
+
+@pytest.mark.parametrize("n", [768, 2048])
+def test_cluster_split_is_bitwise_the_host_kernel(tmp_path, n):
+    rng = np.random.default_rng(n)
+    g, k = 9, 264
+    gs = np.array([256, 300, 0, 128, 129, 640, 37, 512 + 255, 384], np.int32)  # tiles 2,3,0,1,2,5,1,6,3
+    total = int(gs.sum())
+    m = total + 200
+    lhs = rng.standard_normal((m, k)).astype(np.float32)
+    rhs = (rng.standard_normal((g, k, n)) / np.sqrt(k)).astype(np.float32)
+    add = rng.standard_normal((m, n)).astype(np.float32)
+    bits = lambda x: np.asarray(jnp.asarray(x, jnp.bfloat16).view(jnp.uint16))
+    np.savez(tmp_path / "in.npz", lhs=bits(lhs), rhs=bits(rhs), rhs_t=bits(np.swapaxes(rhs, 1, 2)), add=bits(add),
+             gs=gs)
+    host = _run_gemm_tiles(tmp_path, "static")
+    split = _run_gemm_tiles(tmp_path, "split")
+    ref = np.asarray(ragged_f32(jnp.asarray(lhs, jnp.bfloat16), jnp.asarray(rhs, jnp.bfloat16), jnp.asarray(gs)))
+    for key in host:
+        got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)
+        want = ref + (np.asarray(jnp.asarray(add, jnp.bfloat16), np.float32) if key.startswith("acc") else 0.0)
+        assert rel(got[:total], want[:total]) < 1e-2, key
+        if key.startswith("out"):
+            assert bool(jnp.all(got[total:] == 0)), key
+        assert np.array_equal(host[key], split[key]), (key, int(np.sum(host[key] != split[key])))
+
+
 @pytest.mark.parametrize("n", [768, 520])
 @pytest.mark.parametrize("tr", [False, True])
 def test_pair_launch_bitwise_equals_two_launches(n, tr, monkeypatch):

@@ -277,7 +277,8 @@ for i in range({len(OVERLAP_CASES)}):
 # Cases for the 128x256 tiles (M/G > 128, so that they are taken): one k-tile, a partial and an odd number of
 # k-tiles, N with a partial 256-wide tile (384, 520), empty groups and rows past the sum.
 WIDE_CASES = [OVERLAP_CASES[1], OVERLAP_CASES[2], OVERLAP_CASES[4], OVERLAP_CASES[5],
-              (6, 3000, 256, 384, 6, 100), (7, 2000, 128, 520, 3, 0), (8, 1600, 640, 256, 9, 0)]
+              (6, 3000, 256, 384, 6, 100), (7, 2000, 128, 520, 3, 0), (8, 1600, 640, 256, 9, 0),
+              (9, 1800, 2176, 512, 5, 30)]  # K > 2048: auto's and split's 64-column slices
 
 
 _TILES_SCRIPT = """
@@ -327,15 +328,18 @@ def wide_cases_128x128(tmp_path_factory):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["auto", "wide", "wide_c21", "wide_rs", "wide_rs_c21", "wide_one_slice"])
+@pytest.mark.parametrize("tiles", ["auto", "wide", "wide_c21", "wide_rs", "wide_rs_c21", "wide_one_slice",
+                                   "wide_one_slice_c21", "split"])
 def test_gpu_fp8_wide_tiles_match_128x128_bitwise(wide_cases_128x128, tiles):
-    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice (128x256 tiles, the result
-    promoted in column slices, A from shared memory or registers, two 64-column slice accumulators per warp group or
-    one of 128 columns, cc/cuda/fp8_wide_tile_mainloop.cuh) and auto (which takes the 1x2 wide tiles where N has an
-    even number of 256-wide tiles: N = 384, 1024 and 1536 here, with one slice as K <= 2048; 128x128 for N = 128,
-    256 and 520) do per output element the float32 operations of the 128x128 kernel (`large`) in its order, so the outputs
-    are bitwise equal. Scales differ by up to 2^12 between slices and tiles (_block_scaled_case), and each output
-    is also checked against the float32 reference, so a wrong slice-to-column or scale mapping fails either way."""
+    """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 (128x256
+    tiles, the result promoted in column slices, A from shared memory or registers, two 64-column slice accumulators
+    per warp group or one of 128 columns, cc/cuda/fp8_wide_tile_mainloop.cuh), split (2x1 on each group's pairs of
+    row tiles, 1x2 on odd last tiles: two kernels, the scales repacked per part) and auto (which takes the 1x2 wide
+    tiles where N has an even number of 256-wide tiles: N = 384, 512, 1024 and 1536 here, with one slice for
+    K <= 2048; 128x128 for N = 128, 256 and 520) do per output element the float32 operations of the 128x128 kernel
+    (`large`) in its order, so the outputs are bitwise equal. Scales differ by up to 2^12 between slices and tiles
+    (_block_scaled_case), and each output is also checked against the float32 reference, so a wrong slice-to-column
+    or scale mapping fails either way."""
     where, refs, large = wide_cases_128x128
     for i, (case, theirs) in enumerate(zip(WIDE_CASES, _run_tiles(where, tiles))):
         wide = theirs.view(jnp.bfloat16).astype(np.float32)

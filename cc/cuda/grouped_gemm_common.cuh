@@ -221,6 +221,22 @@ __device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_of
   return incl - v + warp_offsets[warp];
 }
 
+// The cluster split (forward / dgrad, 128-row tiles): each group's rows shared between two kernels launched back
+// to back. CUTLASS's grouped scheduler rounds every group's row tiles up to the cluster shape, so a 2x1 cluster
+// (the weight tile multicast to the CTAs of two neighbouring row tiles) computes a zero-filled tile for every
+// group with an odd number of row tiles. Split instead: the 2x1 kernel takes each group's whole pairs of 128-row
+// tiles (kTilePairs), a kernel with a 1x2 / 1x1 cluster the last tile of a group with an odd count (kOddTile).
+// No tile is padded; with even counts (even groups) the second kernel gets no rows.
+enum class RowPart { kAll, kTilePairs, kOddTile };
+constexpr int64_t kSplitTileRows = 128;
+
+__host__ __device__ __forceinline__ GroupRows SplitRows(GroupRows r, RowPart part) {
+  if (part == RowPart::kAll) return r;
+  const int64_t tiles = (r.end - r.begin + kSplitTileRows - 1) / kSplitTileRows;
+  const int64_t mid = (tiles & 1) ? r.begin + kSplitTileRows * (tiles - 1) : r.end;
+  return part == RowPart::kTilePairs ? GroupRows{r.begin, mid} : GroupRows{mid, r.end};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Zero kernels (16-byte stores; every row of out is a multiple of 16 bytes since N % 8 == 0)
 // ---------------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kSetupThreads)
                          const typename Fp8GroupArrays<GemmDef>::ElementA* a,
                          const typename Fp8GroupArrays<GemmDef>::ElementB* b,
                          const float* rhs_scale,
-                         typename Fp8GroupArrays<GemmDef>::ElementD* d) {
+                         typename Fp8GroupArrays<GemmDef>::ElementD* d, RowPart part) {
   using Arr = Fp8GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
@@ -95,9 +95,10 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int32_t size = g < num_groups ? sizes[g] : 0;
     const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
     if (g < num_groups) {
-      const GroupRows r = clip_group(carry + excl, size, m);
+      const GroupRows whole = clip_group(carry + excl, size, m);
+      arr.ends[g] = whole.end;  // the whole group's (RepackScalesKernel finds groups by them)
+      const GroupRows r = SplitRows(whole, part);  // this kernel's rows of the group
       const int64_t rows = r.end - r.begin;
-      arr.ends[g] = r.end;
       arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
                                           static_cast<int>(k));
       arr.ptr_a[g] = a + r.begin * k;
@@ -119,14 +120,15 @@ __global__ void __launch_bounds__(kSetupThreads)
   if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
 }
 
-// lhs_scale [M, KB] (row-major) -> per group g a [KB, m_g] block at sfa + begin_g * KB.
+// lhs_scale [M, KB] (row-major) -> per group g a [KB, m_g] block at sfa + begin_g * KB; with a split (part), per
+// group the block of this kernel's rows [b, e) at sfa + b * KB, and rows of the other part skipped.
 // Thread i handles (kb, r) = (i / M, i % M): consecutive threads write consecutive rows of a block.
 constexpr int kRepackThreads = 256;
 
 __global__ void __launch_bounds__(kRepackThreads)
     RepackScalesKernel(const float* __restrict__ lhs_scale, float* __restrict__ sfa,
                        const int64_t* __restrict__ ends, const int64_t* __restrict__ total_rows,
-                       int64_t num_groups, int64_t m, int64_t kb) {
+                       int64_t num_groups, int64_t m, int64_t kb, RowPart part) {
   const int64_t total = *total_rows;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb;
@@ -140,9 +142,9 @@ __global__ void __launch_bounds__(kRepackThreads)
       const int64_t mid = (lo + hi) / 2;
       if (ends[mid] > r) hi = mid; else lo = mid + 1;
     }
-    const int64_t end = ends[lo];
-    const int64_t begin = lo > 0 ? ends[lo - 1] : 0;
-    sfa[begin * kb + blk * (end - begin) + (r - begin)] = lhs_scale[r * kb + blk];
+    const GroupRows p = SplitRows(GroupRows{lo > 0 ? ends[lo - 1] : 0, ends[lo]}, part);
+    if (r < p.begin || r >= p.end) continue;  // the other kernel's row
+    sfa[p.begin * kb + blk * (p.end - p.begin) + (r - p.begin)] = lhs_scale[r * kb + blk];
   }
 }
 
@@ -226,9 +228,11 @@ ffi::Error LaunchFp8Grouped(typename GemmDef::Kernel::Arguments& args, const Fp8
   return LaunchCutlassKernel<typename GemmDef::Kernel>(args, cutlass_ws, stream, GemmDef::ConfigT::kName);
 }
 
+// part: the rows of each group this kernel computes (SplitRows); write_zeros = false: the other kernel of a split
+// zeroes the rows past the total.
 template <class GemmDef>
 ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
-                             const DeviceInfo& dev) {
+                             const DeviceInfo& dev, RowPart part = RowPart::kAll, bool write_zeros = true) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
@@ -243,7 +247,7 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   Fp8SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
       static_cast<const typename Arr::ElementB*>(c.b), c.b_scale,
-      static_cast<typename Arr::ElementD*>(c.d));
+      static_cast<typename Arr::ElementD*>(c.d), part);
   JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
 
   // 2. Scales into CUTLASS's per-group layout.
@@ -252,12 +256,12 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
     const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
     blocks = blocks > max_blocks ? max_blocks : blocks;
     RepackScalesKernel<<<static_cast<unsigned>(blocks), kRepackThreads, 0, stream>>>(
-        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb);
+        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb, part);
     JMF_CUDA_CHECK_LAUNCH("RepackScalesKernel launch");
   }
 
   // 3. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
-  JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
+  if (write_zeros) JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
 
   // 4. The grouped GEMM with device-only problem shapes.
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
@@ -275,25 +279,55 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
   return choice == other;
 }
 
-// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice,
-// read once (tuning on the target machine). auto: small (ping-pong 64x128) for short groups, else wide for E4M3
-// activations when N has an even number of 256-wide tiles (one slice per warp group for K <= 2048), else large
-// (cooperative 128x128). wide*: 128x256 tiles with sliced promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1,
-// *_rs with A in registers, wide_one_slice with one 128-column slice per warp group (1x2), for E4M3 activations
-// where auto would take 128-row tiles (other calls keep auto's choice).
+// JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice |
+// wide_one_slice_c21 | split, read once (tuning on the target machine). auto: small (ping-pong 64x128) for short
+// groups, else wide for E4M3 activations when N has an even number of 256-wide tiles (one slice per warp group for
+// K <= 2048), else large (cooperative 128x128). wide*: 128x256 tiles with sliced promotion
+// (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice* with one 128-column
+// slice per warp group; split: the cluster split (SplitRows) of auto's wide tiles, 2x1 on each group's pairs of
+// row tiles and 1x2 on odd last tiles. For E4M3 activations where auto would take 128-row tiles (other calls keep
+// auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string value(v != nullptr ? v : "auto");
     if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21" &&
-        value != "wide_rs" && value != "wide_rs_c21" && value != "wide_one_slice") {
+        value != "wide_rs" && value != "wide_rs_c21" && value != "wide_one_slice" && value != "wide_one_slice_c21" &&
+        value != "split") {
       std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21|wide_rs|"
-                           "wide_rs_c21|wide_one_slice; unknown value ignored, using auto\n");
+                           "wide_rs_c21|wide_one_slice|wide_one_slice_c21|split; unknown value ignored, using auto\n");
       return std::string("auto");
     }
     return value;
   }();
   return choice;
+}
+
+// The cluster split of the 128x256 tiles (SplitRows): the 2x1 kernel on each group's whole pairs of 128-row tiles
+// (it also zeroes the rows past the total), then the 1x2 kernel on the last tile of groups with an odd count;
+// each gets half of the workspace (the Python side sizes it for two). Even tile counts leave the second launch
+// without rows. Both kernels do per output element the same float32 operations, so the result is bitwise theirs.
+template <class ElementA, class PairsConfig, class OddConfig>
+ffi::Error RunFp8Split(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
+  using E4M3 = cutlass::float_e4m3_t;
+  using BF16 = cutlass::bfloat16_t;
+  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
+  const Workspace first{ws.ptr, half};
+  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  JMF_RETURN_IF_ERROR((RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, PairsConfig>>(
+      stream, first, c, dev, RowPart::kTilePairs, /*write_zeros=*/true)));
+  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, OddConfig>>(
+      stream, second, c, dev, RowPart::kOddTile, /*write_zeros=*/false);
+}
+
+// The split for a call: one 128-column slice per warp group for K <= 2048 (auto's rule), else 64-column slices.
+template <class ElementA>
+ffi::Error RunFp8SplitForK(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
+  if (c.k <= 2048) {
+    return RunFp8Split<ElementA, Fp8CoopWideConfig<2, 1, false, true>, Fp8CoopWideConfig<1, 2, false, true>>(
+        stream, ws, c, dev);
+  }
+  return RunFp8Split<ElementA, Fp8CoopWideConfig<2, 1>, Fp8CoopWideConfig<1, 2>>(stream, ws, c, dev);
 }
 
 bool UseSmallFp8Tiles(const Fp8Call& c) {
@@ -330,7 +364,8 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
                                                dev.sm_count, &arr, &workspace));
   Fp8SetupGroupsKernel<SetupDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
-      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale, static_cast<typename Arr::ElementD*>(c.d));
+      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale, static_cast<typename Arr::ElementD*>(c.d),
+      RowPart::kAll);
   JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
   JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
   args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
@@ -355,8 +390,9 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //   overlap128c22: coop128 on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
-//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128c12: the JAX_MOE_FFI_FP8_TILES=wide / wide_c21 /
-//     wide_rs / wide_rs_c21 / wide_one_slice kernels, per call.
+//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128c12 | wide128c21 | split: the
+//     JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 / split
+//     kernels, per call.
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -403,6 +439,11 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "wide128c12") {  // one 128-column slice per warp group (JAX_MOE_FFI_FP8_TILES=wide_one_slice)
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
         stream, ws, c, dev);
+  } else if (which == "wide128c21") {  // one slice per warp group on a 2x1 cluster (wide_one_slice_c21)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, false, true>>>(
+        stream, ws, c, dev);
+  } else if (which == "split") {  // the cluster split of auto's wide tiles (JAX_MOE_FFI_FP8_TILES=split)
+    *result = RunFp8SplitForK<ElementA>(stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
         stream, ws, c, dev);
@@ -441,7 +482,9 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
                                                                                                        dev);
     }
-    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21")) {
+    if (!small && tiles == "split") return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
+    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21" ||
+                   tiles == "wide_one_slice_c21")) {
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
       // The compile check (CI) builds auto's kernels only: the other wide variants are A/B alternatives.
       return ffi::Error(ffi::ErrorCode::kUnimplemented,
@@ -450,6 +493,10 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
 #else
       if (tiles == "wide_c21") {
         return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
+            stream, ws, c, dev);
+      }
+      if (tiles == "wide_one_slice_c21") {
+        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1, false, true>>>(
             stream, ws, c, dev);
       }
       if (tiles == "wide_rs") {

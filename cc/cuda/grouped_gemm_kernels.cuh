@@ -206,12 +206,12 @@ struct Fp8CoopWideConfig {
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
   static constexpr bool kOverlap = true;
-  static_assert(!kOneSlice || (kClusterM == 1 && kClusterN == 2), "one slice per warp group: 1x2 clusters only");
   template <class Builder>
   using Mainloop = SlicedPromotionMainloop<Builder, kOneSlice ? 128 : kRegisterA ? 32 : 64, kRegisterA,
                                            kOneSlice>;  // RS: n64 slices spill
   static constexpr const char* kName =
-      kOneSlice ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one"
+      kOneSlice ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced128_one"
+                                  : "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one")
       : kRegisterA ? (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced32_rs"
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced32_rs")
                  : (kClusterM == 2 ? "fp8_blockwise_coop_128x256x128_c2x1_sliced64"

@@ -111,7 +111,7 @@ struct HasTwoProducts<Mainloop, std::void_t<decltype(std::declval<typename Mainl
 
 template <class GemmDef>
 __global__ void __launch_bounds__(kSetupThreads)
-    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, const int32_t* __restrict__ sizes,
+    SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, RowPart part, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a, LaunchOperands<GemmDef> ops,
                       Zero zero, int64_t vecs_per_unit, bool write_arrays) {
@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int64_t g = base + threadIdx.x;
     const int32_t size = g < num_groups ? sizes[g] : 0;
     const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
-    const GroupRows r = g < num_groups ? clip_group(carry + excl, size, m) : GroupRows{0, 0};
+    // part: this kernel's share of each group's rows (forward / dgrad; kAll for the wgrad).
+    const GroupRows r = g < num_groups ? SplitRows(clip_group(carry + excl, size, m), part) : GroupRows{0, 0};
     const int64_t rows = r.end - r.begin;
     if (zero == Zero::kEmptyGroups) {  // uniform branch (a kernel argument)
       chunk_empty[threadIdx.x] = g < num_groups && rows == 0;
@@ -242,11 +243,12 @@ struct GemmCall {
   int64_t m, k, n, g;
 };
 
-// pick: see SetupGroupsKernel. write_zeros = false: the other kernel of a pair writes the rows no
-// group covers.
+// pick: see SetupGroupsKernel; part: the rows of each group this kernel computes (SplitRows).
+// write_zeros = false: the other kernel of a pair writes the rows no group covers.
 template <class GemmDef>
 ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
-                          const DeviceInfo& dev, Pick pick = Pick::kAlways, bool write_zeros = true) {
+                          const DeviceInfo& dev, Pick pick = Pick::kAlways, bool write_zeros = true,
+                          RowPart part = RowPart::kAll) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = GroupArrays<GemmDef>;
 
@@ -330,13 +332,13 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   ops.a1 = static_cast<const typename Arr::ElementA*>(c.a2);
   if (SeparateZeroLaunch() && zero != Zero::kNone) {
     // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
-    SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k, c.n,
+    SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k, c.n,
                                                               a, ops, Zero::kNone, 0, true);
     JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
-    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
+    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
                                                                  c.n, a, ops, zero, vecs_per_unit, false);
   } else {
-    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, c.sizes, c.g, c.m, c.k,
+    SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
                                                                  c.n, a, ops, zero, vecs_per_unit, true);
   }
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
@@ -379,18 +381,20 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
 using RowMajor = cutlass::layout::RowMajor;
 using ColMajor = cutlass::layout::ColumnMajor;
 
-// Environment overrides, read once (for benchmarking / tuning on the target machine):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | pick | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
-//                             (pick: the device-side 2x1 pick, opt-in: on routed group sizes it only adds
-//                             an empty launch, 0.2-0.7% of the Qwen3 layer / train step)
-//                             forward and dgrad, plain and accumulate forms
+// Environment overrides, read once (for benchmarking / tuning on the target machine; in an experiment build,
+// -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON, JAX_MOE_FFI_GEMM_TILES is read on every call so that one process can
+// alternate the choices: run such A/B timings with XLA's command buffers off):
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | split | pick | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
+//                             (split: the cluster split, RunSplit; pick: the device-side 2x1 pick, opt-in: on
+//                             routed group sizes it only adds an empty launch, 0.2-0.7% of the Qwen3 layer /
+//                             train step) forward and dgrad, plain and accumulate forms
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -410,8 +414,16 @@ void SayOnce(bool* said, const char* msg) {
 }
 
 Tiles ChooseTiles(const GemmCall& c) {
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+#else
   static const std::string choice = EnvOr("JAX_MOE_FFI_GEMM_TILES", "auto");
+#endif
   static bool said_unknown = false;
+  if (choice == "split") {
+    // 128-row tiles: 2x1 on each group's pairs of row tiles, the host's cluster on odd last tiles (RunSplit).
+    return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kSplit;
+  }
   if (choice == "pick") {
     // 128-row tiles: the device picks 2x1 or the host's cluster (RunPaired); bf16 -> bf16 only.
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kPaired;
@@ -434,7 +446,7 @@ Tiles ChooseTiles(const GemmCall& c) {
   }
   // "static": what session-9 results call the host's choice (the default since then too).
   if (choice != "auto" && choice != "static") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|pick|large|small|c1x1|c1x2|c2x1|pp128|n192; "
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|split|pick|large|small|c1x1|c1x2|c2x1|pp128|n192; "
                            "unknown value ignored, using auto");
   }
   return AutoTiles(c);
@@ -473,6 +485,23 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
       stream, second, c, dev, Pick::kIfPaired, /*write_zeros=*/false);
 }
 
+// The cluster split (SplitRows): the 2x1 kernel on each group's whole pairs of 128-row tiles (it also zeroes the
+// rows past the total), then the host's 128-row choice (1x2 or 1x1 cluster) on the last tile of each group with an
+// odd count. Each gets half of the workspace. With even tile counts the second launch gets no rows (a few us).
+template <bool Acc, class TIn, class TOut, class LayoutB>
+ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
+  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
+  const Workspace first{ws.ptr, half};
+  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  JMF_RETURN_IF_ERROR((RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
+      stream, first, c, dev, Pick::kAlways, /*write_zeros=*/true, RowPart::kTilePairs)));
+  return AutoTiles(c) == Tiles::kCoopC1x1
+      ? RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
+            stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile)
+      : RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
+            stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile);
+}
+
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
 // (c2x1: the old default; pp128) are compiled for bf16 -> bf16 only, to bound the build time;
 // other dtypes say so once and use the automatic choice. The compile check (BF16_ONLY) has none of them.
@@ -485,7 +514,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
-                      "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick are not in it; rebuild without it");
+                      "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split are not in it; rebuild without it");
   }
   constexpr bool kAbConfigs = false;
 #else
@@ -494,6 +523,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
 #endif
   if constexpr (kAbConfigs) {
     if (tiles == Tiles::kPaired) return RunPaired<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
+    if (tiles == Tiles::kSplit) return RunSplit<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     if (tiles == Tiles::kCoopC2x1)
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
           stream, ws, c, dev);
@@ -506,8 +536,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   } else {
     // The 2x1 kernels (also those of the pick) are compiled for bf16 -> bf16 only (build time).
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192 ||
-        tiles == Tiles::kPaired) {
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick is compiled for bf16 -> bf16 only; "
+        tiles == Tiles::kPaired || tiles == Tiles::kSplit) {
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }

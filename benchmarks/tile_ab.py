@@ -1,0 +1,75 @@
+"""bf16 grouped GEMM forward / dgrad: JAX_MOE_FFI_GEMM_TILES choices alternated in one process (A/B timings).
+
+Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: there the handler reads JAX_MOE_FFI_GEMM_TILES on
+every call (a shipped library reads it once), so one jitted call runs each choice in turn on the same operands,
+alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
+Each output is compared bitwise with the first choice's: the tile choices differ in clusters only, so they must be
+equal. Writes benchmarks/results/<out>.{json,md,png}.
+
+  XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import _common
+import jax_moe_ffi as jmf
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="static,split,pick,c2x1")
+    ap.add_argument("--groups", default="even,skew")
+    ap.add_argument("--passes", default="fwd,dgrad")
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=f"tile_ab_{_common.machine_tag()}")
+    args = ap.parse_args(argv)
+    if "--xla_gpu_enable_command_buffer=" not in os.environ.get("XLA_FLAGS", ""):
+        sys.exit("tile_ab.py: run with XLA_FLAGS=--xla_gpu_enable_command_buffer= (see the docstring)")
+    variants = args.variants.split(",")
+    shapes = _common.load_shapes()
+    rng = np.random.default_rng(0)
+    rows = []
+    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/tile_ab.py"] + argv)
+    meta["note"] = "JAX_MOE_FFI_GEMM_TILES per call (experiment build); variants alternate within one process"
+    for case in shapes["grouped_gemm"]:
+        if args.cases and not any(c in case["name"] for c in args.cases.split(",")):
+            continue
+        m, k, n, g = case["M"], case["K"], case["N"], case["G"]
+        lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+        rhs = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+        dout = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+        for kind in args.groups.split(","):
+            sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
+            for pass_ in args.passes.split(","):
+                if pass_ == "fwd":  # out[M, N] = lhs . rhs[g]
+                    fn, a = jax.jit(lambda x, w, s: jmf.grouped_matmul(x, w, s)), (lhs, rhs, sizes)
+                else:  # dgrad: dlhs[M, K] = dout . rhs[g]^T (rhs read as [N, K] column-major)
+                    fn, a = jax.jit(lambda d, w, s: jmf.grouped_matmul(d, w, s, transpose_rhs=True)), (dout, rhs, sizes)
+                want = None
+                for r in range(args.rounds):
+                    for v in variants:
+                        os.environ["JAX_MOE_FFI_GEMM_TILES"] = v
+                        got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
+                        want = got if want is None else want
+                        bitwise = bool(np.array_equal(got, want))
+                        ms = _common.time_ms(fn, *a)
+                        tf = 2.0 * m * k * n / ms / 1e9
+                        rows.append({"case": case["name"], "impl": v, "pass": pass_, "groups": kind, "ms": ms,
+                                     "tflops": tf, "round": r, "bitwise_first": bitwise,
+                                     "M": m, "K": k, "N": n, "G": g})
+                        print(f"{case['name']:>30} {kind:>4} {pass_:>5} r{r} {v:>8} {ms:8.3f} ms {tf:7.1f} TFLOP/s"
+                              f" bitwise_first={bitwise}", flush=True)
+            os.environ.pop("JAX_MOE_FFI_GEMM_TILES", None)
+            _common.write_results(args.out, meta, rows, "tflops", "bf16 grouped GEMM tile choices (TFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
