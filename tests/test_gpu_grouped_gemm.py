@@ -327,11 +327,12 @@ def test_paired_cluster_pick(sizes, n, tr):
     assert bool(jnp.all(acc[total:] == addend[total:]))
 
 
-# The cluster split (JAX_MOE_FFI_GEMM_TILES=split; bf16 -> bf16, 128-row tiles): a 2x1-cluster kernel computes
-# each group's whole pairs of 128-row tiles, then the host's 1x2 / 1x1 kernel the last tile of each group with an
-# odd count. Both kernels run the same 128x256x64 tile and k order, so the result must be bitwise the host's kernel
-# alone (`static`), plain and accumulate forms, forward and dgrad. Group sizes cover even and odd tile counts, a
-# partial last tile in either part, tile counts 1 (only the second kernel) and 2, empty groups, rows past the total.
+# The cluster split (auto's choice, JAX_MOE_FFI_GEMM_TILES=split; bf16 -> bf16, 128-row tiles): a 2x1-cluster
+# kernel computes each group's whole pairs of 128-row tiles, then the host's 1x2 / 1x1 kernel the last tile of each
+# group with an odd count. Both kernels run the same 128x256x64 tile and k order, so the result must be bitwise
+# the host's kernel alone (`static`), plain and accumulate forms, forward and dgrad. Group sizes cover even and odd
+# tile counts, a partial last tile in either part, tile counts 1 (only the second kernel) and 2, empty groups, rows
+# past the total.
 _SPLIT_SCRIPT = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
@@ -374,15 +375,16 @@ def test_cluster_split_is_bitwise_the_host_kernel(tmp_path, n):
     np.savez(tmp_path / "in.npz", lhs=bits(lhs), rhs=bits(rhs), rhs_t=bits(np.swapaxes(rhs, 1, 2)), add=bits(add),
              gs=gs)
     host = _run_gemm_tiles(tmp_path, "static")
-    split = _run_gemm_tiles(tmp_path, "split")
     ref = np.asarray(ragged_f32(jnp.asarray(lhs, jnp.bfloat16), jnp.asarray(rhs, jnp.bfloat16), jnp.asarray(gs)))
-    for key in host:
-        got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)
-        want = ref + (np.asarray(jnp.asarray(add, jnp.bfloat16), np.float32) if key.startswith("acc") else 0.0)
-        assert rel(got[:total], want[:total]) < 1e-2, key
-        if key.startswith("out"):
-            assert bool(jnp.all(got[total:] == 0)), key
-        assert np.array_equal(host[key], split[key]), (key, int(np.sum(host[key] != split[key])))
+    for tiles in ("split", "auto"):  # auto: the split since session 21
+        split = _run_gemm_tiles(tmp_path, tiles)
+        for key in host:
+            got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)
+            want = ref + (np.asarray(jnp.asarray(add, jnp.bfloat16), np.float32) if key.startswith("acc") else 0.0)
+            assert rel(got[:total], want[:total]) < 1e-2, (tiles, key)
+            if key.startswith("out"):
+                assert bool(jnp.all(got[total:] == 0)), (tiles, key)
+            assert np.array_equal(host[key], split[key]), (tiles, key, int(np.sum(host[key] != split[key])))
 
 
 @pytest.mark.parametrize("n", [768, 520])

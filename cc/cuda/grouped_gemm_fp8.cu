@@ -474,6 +474,11 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     // Of those, K <= 2048 (at most 16 k-tiles per tile) takes one 128-column slice per warp group: +4-7% on the
     // qwen3-30b shapes, -2-3% at K = 4096 / 7168 (session 20, fp8_wide_tile_mainloop.cuh).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
+#ifndef JAX_MOE_FFI_CUDA_BF16_ONLY
+    // Of those, the cluster split: 2x1 on each group's pairs of row tiles, 1x2 on odd last tiles (RunFp8Split).
+    // The compile check (BF16_ONLY) builds the 1x2 kernels only: there auto is the 1x2 wide tiles alone.
+    if (!small && (tiles == "split" || auto_wide)) return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
+#endif
     if (!small && (tiles == "wide_one_slice" || (auto_wide && c.k <= 2048))) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
           stream, ws, c, dev);
@@ -482,9 +487,8 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
                                                                                                        dev);
     }
-    if (!small && tiles == "split") return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
     if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21" ||
-                   tiles == "wide_one_slice_c21")) {
+                   tiles == "wide_one_slice_c21" || tiles == "split")) {
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
       // The compile check (CI) builds auto's kernels only: the other wide variants are A/B alternatives.
       return ffi::Error(ffi::ErrorCode::kUnimplemented,

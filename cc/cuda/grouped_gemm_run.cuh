@@ -394,7 +394,9 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit };
+// kAutoSplit: auto's 128-row choice, the cluster split where its 2x1 kernels are compiled (bf16 -> bf16), else
+// the host's cluster (RunForwardLike resolves it).
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kAutoSplit };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -444,12 +446,14 @@ Tiles ChooseTiles(const GemmCall& c) {
     const Tiles t = AutoTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
-  // "static": what session-9 results call the host's choice (the default since then too).
-  if (choice != "auto" && choice != "static") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|split|pick|large|small|c1x1|c1x2|c2x1|pp128|n192; "
-                           "unknown value ignored, using auto");
+  // "static": the host's choice alone (what session-9 to session-20 results call auto).
+  if (choice == "static") return AutoTiles(c);
+  if (choice != "auto") {
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|pick|large|small|c1x1|c1x2|c2x1|pp128|"
+                           "n192; unknown value ignored, using auto");
   }
-  return AutoTiles(c);
+  const Tiles t = AutoTiles(c);
+  return t == Tiles::kSmall ? t : Tiles::kAutoSplit;
 }
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
@@ -502,24 +506,29 @@ ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
             stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile);
 }
 
-// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The A/B-only configs
-// (c2x1: the old default; pp128) are compiled for bf16 -> bf16 only, to bound the build time;
-// other dtypes say so once and use the automatic choice. The compile check (BF16_ONLY) has none of them.
+// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (auto's cluster split,
+// c2x1, pick) and the A/B-only configs (pp128, n192) are compiled for bf16 -> bf16 only, to bound the build time:
+// with other dtypes auto takes the host's cluster, and a forced choice says so once and does the same. The compile
+// check (BF16_ONLY) has none of them.
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                           const DeviceInfo& dev) {
-  Tiles tiles = ChooseTiles(c);
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
-  // The compile check (CI) builds the automatic choice's kernels only (the same templates as the A/B ones).
+  constexpr bool kAbConfigs = false;
+#else
+  constexpr bool kAbConfigs =
+      std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
+#endif
+  Tiles tiles = ChooseTiles(c);
+  if (tiles == Tiles::kAutoSplit) tiles = kAbConfigs ? Tiles::kSplit : AutoTiles(c);
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // The compile check (CI) builds the host's choice's kernels only (the same templates as the 2x1 / A/B ones;
+  // there auto is the host's choice).
   if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
                       "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split are not in it; rebuild without it");
   }
-  constexpr bool kAbConfigs = false;
-#else
-  constexpr bool kAbConfigs =
-      std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
 #endif
   if constexpr (kAbConfigs) {
     if (tiles == Tiles::kPaired) return RunPaired<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
