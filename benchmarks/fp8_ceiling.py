@@ -23,6 +23,9 @@ same quantised operands, alternating over --rounds:
   wide64rsc21    the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_rs_c21)
   wide128c12     128x256 tiles, 1x2, one 128-column slice per warp group (JAX_MOE_FFI_FP8_TILES=wide_one_slice;
                  auto's choice for K <= 2048 since session 20); checked bitwise against default
+  wide128c21     the same on a 2x1 cluster (JAX_MOE_FFI_FP8_TILES=wide_one_slice_c21)
+  split          the cluster split (JAX_MOE_FFI_FP8_TILES=split): 2x1 on each group's pairs of 128-row tiles, 1x2 on
+                 odd last tiles, one slice for K <= 2048 (session 21; slower on skewed groups)
 The direct* and pertensor* kernels give wrong answers by design: direct* is what the tile shape allows with a free
 promotion (same operand and scale loads, pipeline, scheduler and epilogue), pertensor* what CUTLASS's kernel without
 any scales does. Writes benchmarks/results/<out>.{json,md,png}.
@@ -44,7 +47,7 @@ import grouped_gemm as gg
 
 VARIANTS = ("default", "coop128", "overlap128c22", "pingpong", "direct128", "direct128c22", "direct256", "direct256c21",
             "pertensor128", "pertensor256c21", "wide64c12", "wide64c21",
-            "wide64rsc12", "wide64rsc21", "wide128c12")
+            "wide64rsc12", "wide64rsc21", "wide128c12", "wide128c21", "split")
 
 
 def main(argv=None):

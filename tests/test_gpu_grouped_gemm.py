@@ -327,7 +327,7 @@ def test_paired_cluster_pick(sizes, n, tr):
     assert bool(jnp.all(acc[total:] == addend[total:]))
 
 
-# The cluster split (auto's choice, JAX_MOE_FFI_GEMM_TILES=split; bf16 -> bf16, 128-row tiles): a 2x1-cluster
+# The cluster split (opt-in, JAX_MOE_FFI_GEMM_TILES=split; bf16 -> bf16, 128-row tiles): a 2x1-cluster
 # kernel computes each group's whole pairs of 128-row tiles, then the host's 1x2 / 1x1 kernel the last tile of each
 # group with an odd count. Both kernels run the same 128x256x64 tile and k order, so the result must be bitwise
 # the host's kernel alone (`static`), plain and accumulate forms, forward and dgrad. Group sizes cover even and odd
@@ -376,7 +376,7 @@ def test_cluster_split_is_bitwise_the_host_kernel(tmp_path, n):
              gs=gs)
     host = _run_gemm_tiles(tmp_path, "static")
     ref = np.asarray(ragged_f32(jnp.asarray(lhs, jnp.bfloat16), jnp.asarray(rhs, jnp.bfloat16), jnp.asarray(gs)))
-    for tiles in ("split", "auto"):  # auto: the split since session 21
+    for tiles in ("split",):
         split = _run_gemm_tiles(tmp_path, tiles)
         for key in host:
             got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)

@@ -303,10 +303,12 @@ const std::string& Fp8TileChoice() {
   return choice;
 }
 
-// The cluster split of the 128x256 tiles (SplitRows): the 2x1 kernel on each group's whole pairs of 128-row tiles
-// (it also zeroes the rows past the total), then the 1x2 kernel on the last tile of groups with an odd count;
-// each gets half of the workspace (the Python side sizes it for two). Even tile counts leave the second launch
-// without rows. Both kernels do per output element the same float32 operations, so the result is bitwise theirs.
+// The cluster split of the 128x256 tiles (SplitRows; JAX_MOE_FFI_FP8_TILES=split, opt-in): the 2x1 kernel on each
+// group's whole pairs of 128-row tiles (it also zeroes the rows past the total), then the 1x2 kernel on the last
+// tile of groups with an odd count; each gets half of the workspace (the Python side sizes it for two). Even tile
+// counts leave the second launch without rows. Both kernels do per output element the same float32 operations, so
+// the result is bitwise theirs. Measured (session 21, fp8_split_h200.md): within +-1% of auto on even groups,
+// -1 to -9% on skewed ones (the second launch's tail), so not auto's choice.
 template <class ElementA, class PairsConfig, class OddConfig>
 ffi::Error RunFp8Split(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
   using E4M3 = cutlass::float_e4m3_t;
@@ -474,11 +476,6 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     // Of those, K <= 2048 (at most 16 k-tiles per tile) takes one 128-column slice per warp group: +4-7% on the
     // qwen3-30b shapes, -2-3% at K = 4096 / 7168 (session 20, fp8_wide_tile_mainloop.cuh).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
-#ifndef JAX_MOE_FFI_CUDA_BF16_ONLY
-    // Of those, the cluster split: 2x1 on each group's pairs of row tiles, 1x2 on odd last tiles (RunFp8Split).
-    // The compile check (BF16_ONLY) builds the 1x2 kernels only: there auto is the 1x2 wide tiles alone.
-    if (!small && (tiles == "split" || auto_wide)) return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
-#endif
     if (!small && (tiles == "wide_one_slice" || (auto_wide && c.k <= 2048))) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
           stream, ws, c, dev);
@@ -495,6 +492,7 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
                         "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
                         "JAX_MOE_FFI_FP8_TILES=" + tiles + " is not in it; rebuild without it");
 #else
+      if (tiles == "split") return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
       if (tiles == "wide_c21") {
         return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
             stream, ws, c, dev);

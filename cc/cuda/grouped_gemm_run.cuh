@@ -384,19 +384,18 @@ using ColMajor = cutlass::layout::ColumnMajor;
 // Environment overrides, read once (for benchmarking / tuning on the target machine; in an experiment build,
 // -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON, JAX_MOE_FFI_GEMM_TILES is read on every call so that one process can
 // alternate the choices: run such A/B timings with XLA's command buffers off):
-//   JAX_MOE_FFI_GEMM_TILES  = auto (default) | split | pick | large | small | c1x1 | c1x2 | c2x1 | pp128 | n192
-//                             (split: the cluster split, RunSplit; pick: the device-side 2x1 pick, opt-in: on
-//                             routed group sizes it only adds an empty launch, 0.2-0.7% of the Qwen3 layer /
-//                             train step) forward and dgrad, plain and accumulate forms
+//   JAX_MOE_FFI_GEMM_TILES  = auto (default; also `static`) | split | pick | large | small | c1x1 | c1x2 | c2x1 |
+//                             pp128 | n192, forward and dgrad, plain and accumulate forms. split: the cluster split
+//                             (RunSplit), opt-in: +1-3% on even groups, -2-6% on skewed ones (session 21,
+//                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
+//                             it only adds an empty launch, 0.2-0.7% of the Qwen3 layer / train step
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-// kAutoSplit: auto's 128-row choice, the cluster split where its 2x1 kernels are compiled (bf16 -> bf16), else
-// the host's cluster (RunForwardLike resolves it).
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kAutoSplit };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -446,14 +445,12 @@ Tiles ChooseTiles(const GemmCall& c) {
     const Tiles t = AutoTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
-  // "static": the host's choice alone (what session-9 to session-20 results call auto).
-  if (choice == "static") return AutoTiles(c);
-  if (choice != "auto") {
+  // "static": another name for auto, the host's choice (what session-9 results call it).
+  if (choice != "auto" && choice != "static") {
     SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|pick|large|small|c1x1|c1x2|c2x1|pp128|"
                            "n192; unknown value ignored, using auto");
   }
-  const Tiles t = AutoTiles(c);
-  return t == Tiles::kSmall ? t : Tiles::kAutoSplit;
+  return AutoTiles(c);
 }
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
@@ -489,9 +486,11 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
       stream, second, c, dev, Pick::kIfPaired, /*write_zeros=*/false);
 }
 
-// The cluster split (SplitRows): the 2x1 kernel on each group's whole pairs of 128-row tiles (it also zeroes the
-// rows past the total), then the host's 128-row choice (1x2 or 1x1 cluster) on the last tile of each group with an
-// odd count. Each gets half of the workspace. With even tile counts the second launch gets no rows (a few us).
+// The cluster split (SplitRows; JAX_MOE_FFI_GEMM_TILES=split, opt-in): the 2x1 kernel on each group's whole pairs
+// of 128-row tiles (it also zeroes the rows past the total), then the host's 128-row choice (1x2 or 1x1 cluster) on
+// the last tile of each group with an odd count. Each gets half of the workspace. With even tile counts the second
+// launch gets no rows (a few us). Bitwise the host's kernel alone; measured +1-3% on even groups and -2-6% on
+// skewed ones, where the second launch's own tail costs more than the multicast saves (session 21).
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
   const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
@@ -506,10 +505,9 @@ ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
             stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile);
 }
 
-// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (auto's cluster split,
-// c2x1, pick) and the A/B-only configs (pp128, n192) are compiled for bf16 -> bf16 only, to bound the build time:
-// with other dtypes auto takes the host's cluster, and a forced choice says so once and does the same. The compile
-// check (BF16_ONLY) has none of them.
+// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (c2x1, pick, split) and
+// the other A/B-only configs (pp128, n192) are compiled for bf16 -> bf16 only, to bound the build time; other
+// dtypes say so once and use the automatic choice. The compile check (BF16_ONLY) has none of them.
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                           const DeviceInfo& dev) {
@@ -520,10 +518,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
       std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>;
 #endif
   Tiles tiles = ChooseTiles(c);
-  if (tiles == Tiles::kAutoSplit) tiles = kAbConfigs ? Tiles::kSplit : AutoTiles(c);
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
-  // The compile check (CI) builds the host's choice's kernels only (the same templates as the 2x1 / A/B ones;
-  // there auto is the host's choice).
+  // The compile check (CI) builds the automatic choice's kernels only (the same templates as the 2x1 / A/B ones).
   if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
