@@ -307,7 +307,7 @@ const std::string& Fp8TileChoice() {
 // group's whole pairs of 128-row tiles (it also zeroes the rows past the total), then the 1x2 kernel on the last
 // tile of groups with an odd count; each gets half of the workspace (the Python side sizes it for two). Even tile
 // counts leave the second launch without rows. Both kernels do per output element the same float32 operations, so
-// the result is bitwise theirs. Measured (session 21, fp8_split_h200.md): within +-1% of auto on even groups,
+// the result is bitwise theirs. Measured (session 21, fp8_split_h200.md): -3 to +1% against auto on even groups,
 // -1 to -9% on skewed ones (the second launch's tail), so not auto's choice.
 template <class ElementA, class PairsConfig, class OddConfig>
 ffi::Error RunFp8Split(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
