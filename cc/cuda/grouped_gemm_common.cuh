@@ -282,6 +282,16 @@ struct Workspace {
   size_t bytes;
 };
 
+// The two halves of a workspace (256-byte aligned), for two kernels launched back to back in one call (the pick and
+// the cluster split), each carving its own arrays.
+struct WorkspaceHalves {
+  Workspace first, second;
+};
+inline WorkspaceHalves HalveWorkspace(const Workspace& ws) {
+  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
+  return {Workspace{ws.ptr, half}, Workspace{static_cast<char*>(ws.ptr) + half, ws.bytes - half}};
+}
+
 
 // Carves 128-byte aligned pieces (TMA descriptors need 64) out of the workspace, in order.
 struct WorkspaceCarver {

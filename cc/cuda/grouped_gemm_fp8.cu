@@ -313,9 +313,7 @@ template <class ElementA, class PairsConfig, class OddConfig>
 ffi::Error RunFp8Split(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
   using E4M3 = cutlass::float_e4m3_t;
   using BF16 = cutlass::bfloat16_t;
-  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
-  const Workspace first{ws.ptr, half};
-  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  const auto [first, second] = HalveWorkspace(ws);
   JMF_RETURN_IF_ERROR((RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, PairsConfig>>(
       stream, first, c, dev, RowPart::kTilePairs, /*write_zeros=*/true)));
   return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, OddConfig>>(

@@ -386,7 +386,7 @@ using ColMajor = cutlass::layout::ColumnMajor;
 // alternate the choices: run such A/B timings with XLA's command buffers off):
 //   JAX_MOE_FFI_GEMM_TILES  = auto (default; also `static`) | split | pick | large | small | c1x1 | c1x2 | c2x1 |
 //                             pp128 | n192, forward and dgrad, plain and accumulate forms. split: the cluster split
-//                             (RunSplit), opt-in: +1-3% on even groups, -2-6% on skewed ones (session 21,
+//                             (RunSplit), opt-in: +1-3% on even groups, -1 to -6% on skewed ones (session 21,
 //                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
 //                             it only adds an empty launch, 0.2-0.7% of the Qwen3 layer / train step
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
@@ -473,9 +473,7 @@ WgradTiles ChooseWgradTiles() {
 // gets half of the workspace.
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
-  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
-  const Workspace first{ws.ptr, half};
-  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  const auto [first, second] = HalveWorkspace(ws);
   ffi::Error err = AutoTiles(c) == Tiles::kCoopC1x1
       ? RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
             stream, first, c, dev, Pick::kIfUnpaired, /*write_zeros=*/true)
@@ -489,13 +487,11 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
 // The cluster split (SplitRows; JAX_MOE_FFI_GEMM_TILES=split, opt-in): the 2x1 kernel on each group's whole pairs
 // of 128-row tiles (it also zeroes the rows past the total), then the host's 128-row choice (1x2 or 1x1 cluster) on
 // the last tile of each group with an odd count. Each gets half of the workspace. With even tile counts the second
-// launch gets no rows (a few us). Bitwise the host's kernel alone; measured +1-3% on even groups and -2-6% on
+// launch gets no rows (a few us). Bitwise the host's kernel alone; measured +1-3% on even groups and -1 to -6% on
 // skewed ones, where the second launch's own tail costs more than the multicast saves (session 21).
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
-  const size_t half = (ws.bytes / 2) & ~static_cast<size_t>(255);
-  const Workspace first{ws.ptr, half};
-  const Workspace second{static_cast<char*>(ws.ptr) + half, ws.bytes - half};
+  const auto [first, second] = HalveWorkspace(ws);
   JMF_RETURN_IF_ERROR((RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
       stream, first, c, dev, Pick::kAlways, /*write_zeros=*/true, RowPart::kTilePairs)));
   return AutoTiles(c) == Tiles::kCoopC1x1
