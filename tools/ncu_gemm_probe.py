@@ -8,6 +8,10 @@ each after compiling / warming up, so that an `ncu` filter on CUTLASS kernel nam
       python3 tools/ncu_gemm_probe.py --case "qwen3-30b-a3b gate_up"        # ours: warm-up 3 then 3
   ncu ... --launch-skip 3 --launch-count 3 python3 tools/ncu_gemm_probe.py --case ... --torch
 
+--recipe blockwise runs the FP8 forward kernel alone (operands quantised before it, as the `ours_fp8` rows of
+benchmarks/grouped_gemm.py) and --fwd-only the bf16 forward alone: two warm-up calls then the profiled one, so
+`--launch-skip 2 --launch-count 1`. tools/ncu_sass_stalls.py sums the warp-stall samples of a report by SASS opcode.
+
 (`tools/device_session.sh ncu` runs both for the two Qwen3 shapes; our JAX process is slow under ncu, see that
 step.) Timed numbers come from benchmarks/grouped_gemm.py, not from here: ncu serialises and replays kernels.
 """
@@ -26,6 +30,8 @@ def main(argv=None):
     ap.add_argument("--case", default="qwen3-30b-a3b gate_up")
     ap.add_argument("--groups", default="even", choices=("even", "skew"))
     ap.add_argument("--torch", action="store_true", help="torch._grouped_mm instead of ours")
+    ap.add_argument("--recipe", default="", choices=("", "blockwise"), help="the FP8 forward kernel alone")
+    ap.add_argument("--fwd-only", action="store_true", help="the bf16 forward alone (3 calls)")
     args = ap.parse_args(argv)
     shapes = _common.load_shapes()
     case = next(c for c in shapes["grouped_gemm"] if c["name"] == args.case)
@@ -55,6 +61,15 @@ def main(argv=None):
     dout = jax.random.normal(key[2], (m, n), jnp.bfloat16)
     gs = jnp.asarray(sizes)
     fwd = jax.jit(lambda x, w, s: jmf.grouped_matmul(x, w, s))
+    if args.recipe or args.fwd_only:
+        if args.recipe:
+            import grouped_gemm as bench  # benchmarks/grouped_gemm.py: the same call as its ours_fp8 rows
+            fn, fargs = bench.fp8_kernel_only(x, w, gs)
+        else:
+            fn, fargs = fwd, (x, w, gs)
+        for _ in range(3):  # compile + warm-up, warm-up, the profiled call
+            jax.block_until_ready(fn(*fargs))
+        return
     dgrad = jax.jit(lambda d, w, s: jmf.grouped_matmul(d, w, s, transpose_rhs=True))
     wgrad = jax.jit(lambda x, d, s: jmf.grouped_matmul_wgrad(x, d, s))
     for _ in range(2):  # warm-up (compile + one run each), then the profiled run
