@@ -21,7 +21,7 @@ prof() {  # name, probe args...
     grep -E "device_kernel|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Registers Per|Dynamic Shared|Issue Slots Busy|Issued Ipc|No Eligible|Tensor|Warp Cycles Per Issued" \
       $R/$name.details.txt | cut -c1-150 | head -30
     head -28 $R/$name.stalls.txt | cut -c1-150
-    rm -f $R/$name.sass.csv
+    rm -f $R/$name.sass.csv $R/$name.ncu-rep
   fi
   tar czf $OUT_DEV/results.tgz -C $R .
 }
