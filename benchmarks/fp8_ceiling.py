@@ -74,10 +74,12 @@ def main(argv=None):
             want = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
             for r in range(args.rounds):
                 for v in args.variants.split(","):
-                    if v == "default":
+                    which, _, launch = v.partition("+")  # <variant>+stream: JAX_MOE_FFI_SECOND_LAUNCH=stream
+                    os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch or "serial"
+                    if which == "default":
                         os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
                     else:
-                        os.environ["JAX_MOE_FFI_FP8_EXPERIMENT"] = v
+                        os.environ["JAX_MOE_FFI_FP8_EXPERIMENT"] = which
                     # default, coop128, overlap128c22, pingpong and wide* must equal; a direct* / pertensor* output equal to default would mean
                     # the variant was not switched (e.g. a replayed CUDA graph): run with command buffers off.
                     got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
@@ -90,6 +92,7 @@ def main(argv=None):
                     print(f"{case['name']:>30} {kind:>4} r{r} {v:>14} {ms:8.3f} ms {tf:7.1f} TFLOP/s"
                           + f" bitwise_default={bitwise}", flush=True)
             os.environ.pop("JAX_MOE_FFI_FP8_EXPERIMENT", None)
+            os.environ.pop("JAX_MOE_FFI_SECOND_LAUNCH", None)
             meta = _common.metadata(sys.argv if argv is None else ["benchmarks/fp8_ceiling.py"] + argv)
             meta["note"] = ("direct* / pertensor* = scale-ignoring ceiling kernels (wrong answers by design, experiment "
                             "build -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON); variants alternate within one process")

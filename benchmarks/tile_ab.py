@@ -4,7 +4,8 @@ Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: there the hand
 every call (a shipped library reads it once), so one jitted call runs each choice in turn on the same operands,
 alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
 Each output is compared bitwise with the first choice's: the tile choices differ in clusters only, so they must be
-equal. Writes benchmarks/results/<out>.{json,md,png}.
+equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
+kernel beside the first on a side stream; `<tiles>` alone: serial). Writes benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2
 """
@@ -56,7 +57,9 @@ def main(argv=None):
                 want = None
                 for r in range(args.rounds):
                     for v in variants:
-                        os.environ["JAX_MOE_FFI_GEMM_TILES"] = v
+                        tiles, _, launch = v.partition("+")
+                        os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
+                        os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch or "serial"
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want
                         bitwise = bool(np.array_equal(got, want))
@@ -65,9 +68,10 @@ def main(argv=None):
                         rows.append({"case": case["name"], "impl": v, "pass": pass_, "groups": kind, "ms": ms,
                                      "tflops": tf, "round": r, "bitwise_first": bitwise,
                                      "M": m, "K": k, "N": n, "G": g})
-                        print(f"{case['name']:>30} {kind:>4} {pass_:>5} r{r} {v:>8} {ms:8.3f} ms {tf:7.1f} TFLOP/s"
+                        print(f"{case['name']:>30} {kind:>4} {pass_:>5} r{r} {v:>13} {ms:8.3f} ms {tf:7.1f} TFLOP/s"
                               f" bitwise_first={bitwise}", flush=True)
             os.environ.pop("JAX_MOE_FFI_GEMM_TILES", None)
+            os.environ.pop("JAX_MOE_FFI_SECOND_LAUNCH", None)
             _common.write_results(args.out, meta, rows, "tflops", "bf16 grouped GEMM tile choices (TFLOP/s)")
 
 

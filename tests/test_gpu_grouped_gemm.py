@@ -351,21 +351,34 @@ for tr in (False, True):
 """
 
 
-def _run_gemm_tiles(where, tiles):
+# CUDA graphs on for one custom call alone: XLA then captures the handler (and a split's side-stream fork / join).
+_GRAPH_FLAGS = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+
+
+def _run_gemm_tiles(where, tiles, launch="serial", graphs=False):
     import os
     import subprocess
     import sys
 
-    env = dict(os.environ, JAX_MOE_FFI_GEMM_TILES=tiles)
+    env = dict(os.environ, JAX_MOE_FFI_GEMM_TILES=tiles, JAX_MOE_FFI_SECOND_LAUNCH=launch)
+    if graphs:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _GRAPH_FLAGS).strip()
     subprocess.run([sys.executable, "-c", _SPLIT_SCRIPT, str(where)], env=env, check=True, timeout=240)
     return {f"{kind}{tr}": np.load(where / f"{kind}{tr}.npy") for kind in ("out", "acc") for tr in (0, 1)}
 
 
 @pytest.mark.parametrize("n", [768, 2048])
-def test_cluster_split_is_bitwise_the_host_kernel(tmp_path, n):
+@pytest.mark.parametrize("tiles,launch,graphs", [("split", "serial", False), ("tail64", "serial", False),
+                                                 ("tail64", "stream", False), ("tail64", "stream", True),
+                                                 ("split", "stream", True)])
+def test_row_split_is_bitwise_the_host_kernel(tmp_path, n, tiles, launch, graphs):
+    """The two-kernel row splits (SplitRows: the cluster split, and the short-tail split whose last <= 64 rows of a
+    group run on 64-row tiles) give the host's single kernel's bits, zero rows past the total, the addend kept by the
+    accumulate form; the second kernel serial or on a side stream, with XLA's CUDA graphs capturing the fork."""
     rng = np.random.default_rng(n)
     g, k = 9, 264
-    gs = np.array([256, 300, 0, 128, 129, 640, 37, 512 + 255, 384], np.int32)  # tiles 2,3,0,1,2,5,1,6,3
+    # 128-row tiles 2,3,0,1,2,5,1,6,3; last-tile rows 0,44,-,0,1,0,37,127,0 (short tails: 300, 129 and 37 rows)
+    gs = np.array([256, 300, 0, 128, 129, 640, 37, 512 + 255, 384], np.int32)
     total = int(gs.sum())
     m = total + 200
     lhs = rng.standard_normal((m, k)).astype(np.float32)
@@ -376,15 +389,14 @@ def test_cluster_split_is_bitwise_the_host_kernel(tmp_path, n):
              gs=gs)
     host = _run_gemm_tiles(tmp_path, "static")
     ref = np.asarray(ragged_f32(jnp.asarray(lhs, jnp.bfloat16), jnp.asarray(rhs, jnp.bfloat16), jnp.asarray(gs)))
-    for tiles in ("split",):
-        split = _run_gemm_tiles(tmp_path, tiles)
-        for key in host:
-            got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)
-            want = ref + (np.asarray(jnp.asarray(add, jnp.bfloat16), np.float32) if key.startswith("acc") else 0.0)
-            assert rel(got[:total], want[:total]) < 1e-2, (tiles, key)
-            if key.startswith("out"):
-                assert bool(jnp.all(got[total:] == 0)), (tiles, key)
-            assert np.array_equal(host[key], split[key]), (tiles, key, int(np.sum(host[key] != split[key])))
+    split = _run_gemm_tiles(tmp_path, tiles, launch, graphs)
+    for key in host:
+        got = jnp.asarray(split[key]).view(jnp.bfloat16).astype(jnp.float32)
+        want = ref + (np.asarray(jnp.asarray(add, jnp.bfloat16), np.float32) if key.startswith("acc") else 0.0)
+        assert rel(got[:total], want[:total]) < 1e-2, (tiles, key)
+        if key.startswith("out"):
+            assert bool(jnp.all(got[total:] == 0)), (tiles, key)
+        assert np.array_equal(host[key], split[key]), (tiles, key, int(np.sum(host[key] != split[key])))
 
 
 @pytest.mark.parametrize("n", [768, 520])

@@ -301,7 +301,8 @@ def _run_tiles(where, tiles):
     import subprocess
     import sys
 
-    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles)
+    tiles, _, launch = tiles.partition("+")  # <tiles>+stream: a split's second kernel on a side stream
+    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles, JAX_MOE_FFI_SECOND_LAUNCH=launch or "serial")
     subprocess.run([sys.executable, "-c", _TILES_SCRIPT, str(where), str(len(WIDE_CASES))], env=env, check=True,
                    timeout=240)
     return [np.load(where / f"out{i}.npy") for i in range(len(WIDE_CASES))]
@@ -329,12 +330,14 @@ def wide_cases_128x128(tmp_path_factory):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", ["auto", "wide", "wide_c21", "wide_rs", "wide_rs_c21", "wide_one_slice",
-                                   "wide_one_slice_c21", "split"])
+                                   "wide_one_slice_c21", "split", "split+stream", "tail64", "tail64+stream"])
 def test_gpu_fp8_wide_tiles_match_128x128_bitwise(wide_cases_128x128, tiles):
     """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 (128x256
     tiles, the result promoted in column slices, A from shared memory or registers, two 64-column slice accumulators
     per warp group or one of 128 columns, cc/cuda/fp8_wide_tile_mainloop.cuh), split (2x1 on each group's pairs of
-    row tiles, 1x2 on odd last tiles: two kernels, the scales repacked per part) and auto (which takes the 1x2 wide
+    row tiles, 1x2 on odd last tiles: two kernels, the scales repacked per part), tail64 (auto's wide kernel on all
+    but a group's last <= 64 rows, the 64x128 ping-pong kernel on those; +stream: the second kernel of either split
+    on a side stream) and auto (which takes the 1x2 wide
     tiles where N has an even number of 256-wide tiles: N = 384, 512, 1024 and 1536 here, with one slice for K <= 2048;
     128x128 for N = 128, 256 and 520) do per output element the float32 operations of the 128x128 kernel
     (`large`) in its order, so the outputs are bitwise equal. Scales differ by up to 2^12 between slices and tiles

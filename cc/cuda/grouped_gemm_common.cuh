@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -221,20 +222,114 @@ __device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_of
   return incl - v + warp_offsets[warp];
 }
 
-// The cluster split (forward / dgrad, 128-row tiles): each group's rows shared between two kernels launched back
-// to back. CUTLASS's grouped scheduler rounds every group's row tiles up to the cluster shape, so a 2x1 cluster
-// (the weight tile multicast to the CTAs of two neighbouring row tiles) computes a zero-filled tile for every
+// Row splits (forward / dgrad, 128-row tiles): each group's rows shared between two kernels of one call.
+//
+// The cluster split. CUTLASS's grouped scheduler rounds every group's row tiles up to the cluster shape, so a 2x1
+// cluster (the weight tile multicast to the CTAs of two neighbouring row tiles) computes a zero-filled tile for every
 // group with an odd number of row tiles. Split instead: the 2x1 kernel takes each group's whole pairs of 128-row
 // tiles (kTilePairs), a kernel with a 1x2 / 1x1 cluster the last tile of a group with an odd count (kOddTile).
 // No tile is padded; with even counts (even groups) the second kernel gets no rows.
-enum class RowPart { kAll, kTilePairs, kOddTile };
+//
+// The short-tail split. A group whose last 128-row tile holds r <= 64 rows computes 128 - r zero-filled rows there;
+// with routed (skewed) sizes that is most of the padding (qwen3-30b, Dirichlet(0.5) sizes: 128-row tiles are 89%
+// full, 94% with such tails on 64-row tiles). kLongTiles: every row but such a tail (128-row kernel); kShortTail:
+// the tail (a 64-row kernel). Even groups of a multiple of 128 rows leave the tail kernel without rows.
+enum class RowPart { kAll, kTilePairs, kOddTile, kLongTiles, kShortTail };
 constexpr int64_t kSplitTileRows = 128;
+constexpr int64_t kShortTailRows = 64;
 
 __host__ __device__ __forceinline__ GroupRows SplitRows(GroupRows r, RowPart part) {
   if (part == RowPart::kAll) return r;
+  int64_t mid;
+  if (part == RowPart::kLongTiles || part == RowPart::kShortTail) {
+    const int64_t rest = (r.end - r.begin) % kSplitTileRows;
+    mid = rest > 0 && rest <= kShortTailRows ? r.end - rest : r.end;
+    return part == RowPart::kLongTiles ? GroupRows{r.begin, mid} : GroupRows{mid, r.end};
+  }
   const int64_t tiles = (r.end - r.begin + kSplitTileRows - 1) / kSplitTileRows;
-  const int64_t mid = (tiles & 1) ? r.begin + kSplitTileRows * (tiles - 1) : r.end;
+  mid = (tiles & 1) ? r.begin + kSplitTileRows * (tiles - 1) : r.end;
   return part == RowPart::kTilePairs ? GroupRows{r.begin, mid} : GroupRows{mid, r.end};
+}
+
+// A grouped GEMM launch prepared but not yet issued (its setup kernels already queued): a split call issues its
+// two kernels together, one after the other on the caller's stream or side by side (ForkJoin).
+using DeferredLaunch = std::function<ffi::Error(cudaStream_t)>;
+
+// One side stream per device (created on first use, never destroyed) and its two events. The mutex keeps a fork and
+// its join together: another thread's handler must not record between them.
+struct SideStream {
+  std::mutex mu;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t forked = nullptr, joined = nullptr;
+};
+
+// Issues first(stream) and second(side) so that second starts after everything queued on `stream` before this call
+// and everything queued on `stream` after this call waits for it: the caller sees one stream-ordered call, and under
+// stream capture (XLA's command buffers) both branches land in the same CUDA graph. The persistent first kernel takes
+// the SMs; the second kernel's CTAs take them as the first one's last wave drains, instead of after all of it.
+inline ffi::Error ForkJoin(cudaStream_t stream, const DeferredLaunch& first, const DeferredLaunch& second) {
+  constexpr int kMaxDevices = 64;
+  static SideStream sides[kMaxDevices];
+  int device = 0;
+  JMF_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) {
+    return ffi::Error(ffi::ErrorCode::kInternal, "jax_moe_ffi: device ordinal " + std::to_string(device) +
+                                                     " past the side streams' table (64)");
+  }
+  SideStream& side = sides[device];
+  std::lock_guard<std::mutex> lock(side.mu);
+  if (side.stream == nullptr) {
+    // Creating a stream is not a stream operation, but a capturing thread (thread-local mode) may refuse it.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    JMF_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t err = cudaStreamCreateWithFlags(&side.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&side.forked, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&side.joined, cudaEventDisableTiming);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (err != cudaSuccess) {
+      side.stream = nullptr;
+      return CudaError("side stream creation", err);
+    }
+  }
+  JMF_CUDA_CHECK(cudaEventRecord(side.forked, stream));
+  ffi::Error first_result = first(stream);
+  JMF_CUDA_CHECK(cudaStreamWaitEvent(side.stream, side.forked, 0));
+  // Issued even when the first failed: the side stream has joined a capture and must be joined back.
+  ffi::Error second_result = first_result.failure() ? ffi::Error::Success() : second(side.stream);
+  JMF_CUDA_CHECK(cudaEventRecord(side.joined, side.stream));
+  JMF_CUDA_CHECK(cudaStreamWaitEvent(stream, side.joined, 0));
+  return first_result.failure() ? first_result : second_result;
+}
+
+// JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: whether a split call's second kernel runs after the first
+// on the caller's stream or beside it (ForkJoin). Read once; on every call in an experiment build
+// (-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON), so that one process can alternate the two.
+inline bool SecondLaunchBeside() {
+  auto read = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_SECOND_LAUNCH");
+    const std::string choice(v != nullptr ? v : "serial");
+    static bool said = false;
+    if (choice != "serial" && choice != "stream" && !said) {
+      said = true;
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_SECOND_LAUNCH must be serial|stream; unknown value ignored, "
+                           "using serial\n");
+    }
+    return choice == "stream";
+  };
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  return read();
+#else
+  static const bool beside = read();
+  return beside;
+#endif
+}
+
+// The two kernels of a split call, on the caller's stream one after the other (serial) or side by side (ForkJoin).
+inline ffi::Error IssueSplit(cudaStream_t stream, bool side_by_side, const DeferredLaunch& first,
+                             const DeferredLaunch& second) {
+  if (side_by_side) return ForkJoin(stream, first, second);
+  JMF_RETURN_IF_ERROR(first(stream));
+  return second(stream);
 }
 
 // ---------------------------------------------------------------------------------------------

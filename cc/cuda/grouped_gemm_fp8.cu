@@ -230,9 +230,11 @@ ffi::Error LaunchFp8Grouped(typename GemmDef::Kernel::Arguments& args, const Fp8
 
 // part: the rows of each group this kernel computes (SplitRows); write_zeros = false: the other kernel of a split
 // zeroes the rows past the total.
+// defer != nullptr: the setup, repack and zero kernels are queued on `stream`, the GEMM is left in *defer.
 template <class GemmDef>
 ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
-                             const DeviceInfo& dev, RowPart part = RowPart::kAll, bool write_zeros = true) {
+                             const DeviceInfo& dev, RowPart part = RowPart::kAll, bool write_zeros = true,
+                             DeferredLaunch* defer = nullptr) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
@@ -264,6 +266,12 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   if (write_zeros) JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
 
   // 4. The grouped GEMM with device-only problem shapes.
+  if (defer != nullptr) {
+    *defer = [args, arr, g = c.g, workspace](cudaStream_t s) mutable {
+      return LaunchFp8Grouped<GemmDef>(args, arr, g, workspace, s);
+    };
+    return ffi::Error::Success();
+  }
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
@@ -280,22 +288,23 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
 }
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice |
-// wide_one_slice_c21 | split, read once (tuning on the target machine). auto: small (ping-pong 64x128) for short
+// wide_one_slice_c21 | split | tail64, read once (tuning on the target machine). auto: small (ping-pong 64x128) for short
 // groups, else wide for E4M3 activations when N has an even number of 256-wide tiles (one slice per warp group for
 // K <= 2048), else large (cooperative 128x128). wide*: 128x256 tiles with sliced promotion
 // (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice* with one 128-column
 // slice per warp group; split: the cluster split (SplitRows) of auto's wide tiles, 2x1 on each group's pairs of
-// row tiles and 1x2 on odd last tiles. For E4M3 activations where auto would take 128-row tiles (other calls keep
-// auto's choice).
+// row tiles and 1x2 on odd last tiles; tail64: the short-tail split (RunFp8ShortTailForK). For E4M3 activations
+// where auto would take 128-row tiles (other calls keep auto's choice).
 const std::string& Fp8TileChoice() {
   static const std::string choice = [] {
     const char* v = std::getenv("JAX_MOE_FFI_FP8_TILES");
     const std::string value(v != nullptr ? v : "auto");
     if (value != "auto" && value != "large" && value != "small" && value != "wide" && value != "wide_c21" &&
         value != "wide_rs" && value != "wide_rs_c21" && value != "wide_one_slice" && value != "wide_one_slice_c21" &&
-        value != "split") {
+        value != "split" && value != "tail64") {
       std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES must be auto|large|small|wide|wide_c21|wide_rs|"
-                           "wide_rs_c21|wide_one_slice|wide_one_slice_c21|split; unknown value ignored, using auto\n");
+                           "wide_rs_c21|wide_one_slice|wide_one_slice_c21|split|tail64; unknown value ignored, "
+                           "using auto\n");
       return std::string("auto");
     }
     return value;
@@ -309,25 +318,47 @@ const std::string& Fp8TileChoice() {
 // counts leave the second launch without rows. Both kernels do per output element the same float32 operations, so
 // the result is bitwise theirs. Measured (session 21, fp8_split_h200.md): -3 to +1% against auto on even groups,
 // -1 to -9% on skewed ones (the second launch's tail), so not auto's choice.
-template <class ElementA, class PairsConfig, class OddConfig>
-ffi::Error RunFp8Split(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
+//
+// Two kernels on parts of each group's rows (SplitRows), each with half of the workspace: both kernels' setup
+// queued first, then the two GEMMs (IssueSplit: serial, or beside each other with JAX_MOE_FFI_SECOND_LAUNCH=stream).
+template <class ElementA, class FirstConfig, class SecondConfig>
+ffi::Error RunFp8RowSplit(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
+                          RowPart first_part, RowPart second_part) {
   using E4M3 = cutlass::float_e4m3_t;
   using BF16 = cutlass::bfloat16_t;
-  const auto [first, second] = HalveWorkspace(ws);
-  JMF_RETURN_IF_ERROR((RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, PairsConfig>>(
-      stream, first, c, dev, RowPart::kTilePairs, /*write_zeros=*/true)));
-  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, OddConfig>>(
-      stream, second, c, dev, RowPart::kOddTile, /*write_zeros=*/false);
+  const auto [first_ws, second_ws] = HalveWorkspace(ws);
+  DeferredLaunch first, second;
+  JMF_RETURN_IF_ERROR((RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, FirstConfig>>(
+      stream, first_ws, c, dev, first_part, /*write_zeros=*/true, &first)));
+  JMF_RETURN_IF_ERROR((RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, SecondConfig>>(
+      stream, second_ws, c, dev, second_part, /*write_zeros=*/false, &second)));
+  return IssueSplit(stream, SecondLaunchBeside(), first, second);
 }
 
 // The split for a call: one 128-column slice per warp group for K <= 2048 (auto's rule), else 64-column slices.
 template <class ElementA>
 ffi::Error RunFp8SplitForK(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
   if (c.k <= 2048) {
-    return RunFp8Split<ElementA, Fp8CoopWideConfig<2, 1, false, true>, Fp8CoopWideConfig<1, 2, false, true>>(
-        stream, ws, c, dev);
+    return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<2, 1, false, true>, Fp8CoopWideConfig<1, 2, false, true>>(
+        stream, ws, c, dev, RowPart::kTilePairs, RowPart::kOddTile);
   }
-  return RunFp8Split<ElementA, Fp8CoopWideConfig<2, 1>, Fp8CoopWideConfig<1, 2>>(stream, ws, c, dev);
+  return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<2, 1>, Fp8CoopWideConfig<1, 2>>(stream, ws, c, dev,
+                                                                                   RowPart::kTilePairs,
+                                                                                   RowPart::kOddTile);
+}
+
+// The short-tail split (SplitRows; JAX_MOE_FFI_FP8_TILES=tail64): auto's wide 128-row kernel on every row but a
+// group's last r <= 64 rows, the 64x128 ping-pong kernel with the overlapped promotion (auto's kernel for short
+// groups) on those; both compiled in every build. The ping-pong kernel's outputs were bitwise the 128x128 default's
+// (session 17), as are the wide tiles'.
+template <class ElementA>
+ffi::Error RunFp8ShortTailForK(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
+  if (c.k <= 2048) {
+    return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<1, 2, false, true>, Fp8PingpongOverlapConfig>(
+        stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
+  }
+  return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<1, 2>, Fp8PingpongOverlapConfig>(
+      stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
 }
 
 bool UseSmallFp8Tiles(const Fp8Call& c) {
@@ -444,6 +475,8 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
         stream, ws, c, dev);
   } else if (which == "split") {  // the cluster split of auto's wide tiles (JAX_MOE_FFI_FP8_TILES=split)
     *result = RunFp8SplitForK<ElementA>(stream, ws, c, dev);
+  } else if (which == "tail64") {  // the short-tail split of auto's wide tiles (JAX_MOE_FFI_FP8_TILES=tail64)
+    *result = RunFp8ShortTailForK<ElementA>(stream, ws, c, dev);
   } else if (which == "direct256c21") {
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CeilingConfig<256, 2, 1>>>(
         stream, ws, c, dev);
@@ -474,6 +507,9 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     // Of those, K <= 2048 (at most 16 k-tiles per tile) takes one 128-column slice per warp group: +4-7% on the
     // qwen3-30b shapes, -2-3% at K = 4096 / 7168 (session 20, fp8_wide_tile_mainloop.cuh).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
+    if (!small && tiles == "tail64" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0) {
+      return RunFp8ShortTailForK<ElementA>(stream, ws, c, dev);
+    }
     if (!small && (tiles == "wide_one_slice" || (auto_wide && c.k <= 2048))) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
           stream, ws, c, dev);

@@ -245,10 +245,11 @@ struct GemmCall {
 
 // pick: see SetupGroupsKernel; part: the rows of each group this kernel computes (SplitRows).
 // write_zeros = false: the other kernel of a pair writes the rows no group covers.
+// defer != nullptr: the setup kernel is queued on `stream`, the GEMM itself is left in *defer (IssueSplit).
 template <class GemmDef>
 ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                           const DeviceInfo& dev, Pick pick = Pick::kAlways, bool write_zeros = true,
-                          RowPart part = RowPart::kAll) {
+                          RowPart part = RowPart::kAll, DeferredLaunch* defer = nullptr) {
   using Kernel = typename GemmDef::Kernel;
   using Arr = GroupArrays<GemmDef>;
 
@@ -371,6 +372,12 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
 
+  if (defer != nullptr) {
+    *defer = [args, workspace](cudaStream_t s) {
+      return LaunchCutlassKernel<Kernel>(args, workspace, s, GemmDef::ConfigT::kName);
+    };
+    return ffi::Error::Success();
+  }
   return LaunchCutlassKernel<Kernel>(args, workspace, stream, GemmDef::ConfigT::kName);
 }
 
@@ -389,13 +396,17 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //                             (RunSplit), opt-in: +1-3% on even groups, -1 to -6% on skewed ones (session 21,
 //                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
 //                             it only adds an empty launch, 0.2-0.7% of the Qwen3 layer / train step
+//                             tail64: the short-tail split (RunShortTail), 128-row tiles on every row but a group's
+//                             last r <= 64 rows, a 64-row ping-pong kernel on those
+//   JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: a split's second kernel after the first on the caller's
+//                             stream, or beside it on a side stream (ForkJoin); read per call like GEMM_TILES
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -425,6 +436,10 @@ Tiles ChooseTiles(const GemmCall& c) {
     // 128-row tiles: 2x1 on each group's pairs of row tiles, the host's cluster on odd last tiles (RunSplit).
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kSplit;
   }
+  if (choice == "tail64") {
+    // 128-row tiles on each group's rows but a last partial tile of <= 64 rows, 64-row tiles on that (RunShortTail).
+    return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kShortTail;
+  }
   if (choice == "pick") {
     // 128-row tiles: the device picks 2x1 or the host's cluster (RunPaired); bf16 -> bf16 only.
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kPaired;
@@ -447,8 +462,8 @@ Tiles ChooseTiles(const GemmCall& c) {
   }
   // "static": another name for auto, the host's choice (what session-9 results call it).
   if (choice != "auto" && choice != "static") {
-    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|pick|large|small|c1x1|c1x2|c2x1|pp128|"
-                           "n192; unknown value ignored, using auto");
+    SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|tail64|pick|large|small|c1x1|c1x2|c2x1|"
+                           "pp128|n192; unknown value ignored, using auto");
   }
   return AutoTiles(c);
 }
@@ -484,21 +499,46 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
       stream, second, c, dev, Pick::kIfPaired, /*write_zeros=*/false);
 }
 
+// Two kernels on parts of each group's rows (SplitRows), each with half of the workspace: both setup kernels are
+// queued first, then the two GEMMs (IssueSplit). The first kernel zeroes the rows past the total.
+template <class FirstDef, class SecondDef>
+ffi::Error RunRowSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev,
+                       RowPart first_part, RowPart second_part) {
+  const auto [first_ws, second_ws] = HalveWorkspace(ws);
+  DeferredLaunch first, second;
+  JMF_RETURN_IF_ERROR(RunGroupedGemm<FirstDef>(stream, first_ws, c, dev, Pick::kAlways, /*write_zeros=*/true,
+                                               first_part, &first));
+  JMF_RETURN_IF_ERROR(RunGroupedGemm<SecondDef>(stream, second_ws, c, dev, Pick::kAlways, /*write_zeros=*/false,
+                                                second_part, &second));
+  return IssueSplit(stream, SecondLaunchBeside(), first, second);
+}
+
 // The cluster split (SplitRows; JAX_MOE_FFI_GEMM_TILES=split, opt-in): the 2x1 kernel on each group's whole pairs
-// of 128-row tiles (it also zeroes the rows past the total), then the host's 128-row choice (1x2 or 1x1 cluster) on
-// the last tile of each group with an odd count. Each gets half of the workspace. With even tile counts the second
-// launch gets no rows (a few us). Bitwise the host's kernel alone; measured +1-3% on even groups and -1 to -6% on
-// skewed ones, where the second launch's own tail costs more than the multicast saves (session 21).
+// of 128-row tiles, the host's 128-row choice (1x2 or 1x1 cluster) on the last tile of each group with an odd
+// count. With even tile counts the second launch gets no rows (a few us). Bitwise the host's kernel alone; measured
+// (serial) +1-3% on even groups and -1 to -6% on skewed ones, where the second launch's own tail costs more than the
+// multicast saves (session 21).
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunSplit(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
-  const auto [first, second] = HalveWorkspace(ws);
-  JMF_RETURN_IF_ERROR((RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>>(
-      stream, first, c, dev, Pick::kAlways, /*write_zeros=*/true, RowPart::kTilePairs)));
+  using Pairs = GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<2, 1>, Acc>;
   return AutoTiles(c) == Tiles::kCoopC1x1
-      ? RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
-            stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile)
-      : RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
-            stream, second, c, dev, Pick::kAlways, /*write_zeros=*/false, RowPart::kOddTile);
+      ? RunRowSplit<Pairs, GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
+            stream, ws, c, dev, RowPart::kTilePairs, RowPart::kOddTile)
+      : RunRowSplit<Pairs, GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
+            stream, ws, c, dev, RowPart::kTilePairs, RowPart::kOddTile);
+}
+
+// The short-tail split (SplitRows; JAX_MOE_FFI_GEMM_TILES=tail64): the host's 128-row choice on every row but a
+// group's last r <= 64 rows, the 64-row ping-pong kernel (auto's kernel for short groups) on those. Both kernels
+// accumulate each output element over K in the same order of 16-deep wgmma steps.
+template <bool Acc, class TIn, class TOut, class LayoutB>
+ffi::Error RunShortTail(cudaStream_t stream, const Workspace& ws, const GemmCall& c, const DeviceInfo& dev) {
+  using Tail = GroupedGemm<TIn, TOut, RowMajor, LayoutB, PingpongConfig, Acc>;
+  return AutoTiles(c) == Tiles::kCoopC1x1
+      ? RunRowSplit<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>, Tail>(
+            stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail)
+      : RunRowSplit<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>, Tail>(
+            stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
 }
 
 // Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (c2x1, pick, split) and
@@ -516,7 +556,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   Tiles tiles = ChooseTiles(c);
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
   // The compile check (CI) builds the automatic choice's kernels only (the same templates as the 2x1 / A/B ones).
-  if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2) {
+  if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2 && tiles != Tiles::kShortTail) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
                       "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split are not in it; rebuild without it");
@@ -544,6 +584,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     }
   }
   switch (tiles) {
+    case Tiles::kShortTail:  // the automatic choice's kernels, so every dtype and build has it
+      return RunShortTail<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     case Tiles::kSmall:
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, PingpongConfig, Acc>>(
           stream, ws, c, dev);
