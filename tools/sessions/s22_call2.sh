@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 22, call 2 (experiment build of the working tree: .gpu/exp/, JAX_MOE_FFI_GEMM_TILES / _FP8_EXPERIMENT /
+# Session 22, call 2 (experiment build of the working tree in .gpu/, JAX_MOE_FFI_GEMM_TILES / _FP8_EXPERIMENT /
 # _SECOND_LAUNCH read per call). The short-tail split (tail64: 128-row tiles on all but a group's last <= 64 rows,
 # 64-row tiles on those) and the second kernel of a split on a side stream (+stream), alternating against auto:
 # bf16 forward / dgrad (tile_ab.py), FP8 forward (fp8_ceiling.py); their bitwise tests incl. CUDA-graph capture of
 # the fork; then the per-tile anatomy of the forward (gemm_anatomy.py: fixed cost per tile over K and G).
 set -uo pipefail
 R=/tmp/r2; source tools/sessions/setup.sh
-export JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/exp/libjax_moe_ffi_cuda.so
+# .gpu/libjax_moe_ffi_cuda.so is the experiment build in this call (setup.sh points there)
 XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout ${T_AB:-190} python3 benchmarks/tile_ab.py \
   --variants static,tail64,tail64+stream,split+stream --cases qwen3-30b,deepseek-v3 --rounds 2 \
   --out tile_ab_tail64_h200 > $R/tile_ab.log 2>&1
