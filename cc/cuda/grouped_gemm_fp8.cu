@@ -475,6 +475,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
         stream, ws, c, dev);
   } else if (which == "split") {  // the cluster split of auto's wide tiles (JAX_MOE_FFI_FP8_TILES=split)
     *result = RunFp8SplitForK<ElementA>(stream, ws, c, dev);
+  } else if (which == "wide128e64") {  // auto's one-slice wide kernel (K <= 2048) with 128 x 64 epilogue subtiles
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<true>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide64e64") {  // auto's 64-column-slice wide kernel (K > 2048) with 128 x 64 subtiles
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<false>>>(
+        stream, ws, c, dev);
   } else if (which == "tail64") {  // the short-tail split of auto's wide tiles (JAX_MOE_FFI_FP8_TILES=tail64)
     *result = RunFp8ShortTailForK<ElementA>(stream, ws, c, dev);
   } else if (which == "direct256c21") {

@@ -98,6 +98,29 @@ struct Pingpong128Config {
                                                                       : "pingpong_128x128x64_c1x2";
 };
 
+// The epilogue's subtile: a Config's own `EpilogueTile` where it names one (the experiment configs below), else
+// CUTLASS's choice (128 x 32 for the cooperative tiles: eight TMA stores per 128x256 tile, each behind two named
+// barriers and a wait for the previous store to have read its shared memory).
+template <class Config, class = void>
+struct EpilogueTileOf {
+  using type = cutlass::epilogue::collective::EpilogueTileAuto;
+};
+template <class Config>
+struct EpilogueTileOf<Config, std::void_t<typename Config::EpilogueTile>> {
+  using type = typename Config::EpilogueTile;
+};
+
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiment (JAX_MOE_FFI_GEMM_TILES=e64 / e128): auto's 128x256 1x2 tile with 128 x 64 / 128 x 128 epilogue
+// subtiles -- half / a quarter of the stores and barriers per tile, for more shared memory (the carveout may cost a
+// mainloop stage). Same accumulators, so the outputs are bitwise auto's.
+template <int kEpiN>
+struct CoopEpiConfig : CoopConfig<1, 2> {
+  using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
+  static constexpr const char* kName = kEpiN == 64 ? "coop_128x256x64_c1x2_epi128x64" : "coop_128x256x64_c1x2_epi128x128";
+};
+#endif
+
 // --- Kernel assembly ----------------------------------------------------------------------
 //
 // ElementIn : bf16 or f16 (both operands). ElementOut: bf16/f16 (same as input) or float.
@@ -127,7 +150,7 @@ struct GroupedGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       typename Config::TileShape, typename Config::ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto,
+      typename EpilogueTileOf<Config>::type,
       ElementAcc, ElementAcc,
       ElementC, LayoutD*, kAlignOut,
       ElementOut, LayoutD*, kAlignOut,
@@ -218,6 +241,16 @@ struct Fp8CoopWideConfig {
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced64");
 };
 
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiment (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64 / wide_e64): auto's wide kernels with 128 x 64 epilogue subtiles.
+template <bool kOneSlice>
+struct Fp8CoopWideEpi64Config : Fp8CoopWideConfig<1, 2, false, kOneSlice> {
+  using EpilogueTile = cute::Shape<cute::_128, cute::_64>;
+  static constexpr const char* kName = kOneSlice ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64"
+                                                 : "fp8_blockwise_coop_128x256x128_c1x2_sliced64_epi128x64";
+};
+#endif
+
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
 // experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.
 template <class Config, class Builder, class = void>
@@ -248,7 +281,7 @@ struct GroupedGemmFp8Blockwise {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       typename Config::TileShape, typename Config::ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto,
+      typename EpilogueTileOf<Config>::type,
       ElementAcc, ElementAcc,
       void, LayoutD*, kAlignOut,
       ElementOut, LayoutD*, kAlignOut,

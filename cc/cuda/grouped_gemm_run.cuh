@@ -406,7 +406,8 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
-enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail };
+enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail,
+                   kEpi64, kEpi128 };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -440,6 +441,12 @@ Tiles ChooseTiles(const GemmCall& c) {
     // 128-row tiles on each group's rows but a last partial tile of <= 64 rows, 64-row tiles on that (RunShortTail).
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kShortTail;
   }
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  if (choice == "e64" || choice == "e128") {  // auto's 128x256 1x2 tile with wider epilogue subtiles (CoopEpiConfig)
+    const Tiles t = AutoTiles(c);
+    return t == Tiles::kCoopC1x2 ? (choice == "e64" ? Tiles::kEpi64 : Tiles::kEpi128) : t;
+  }
+#endif
   if (choice == "pick") {
     // 128-row tiles: the device picks 2x1 or the host's cluster (RunPaired); bf16 -> bf16 only.
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kPaired;
@@ -574,6 +581,14 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     if (tiles == Tiles::kCoop192)
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, Coop192Config, Acc>>(
           stream, ws, c, dev);
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+    if constexpr (!Acc) {
+      if (tiles == Tiles::kEpi64)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiConfig<64>>>(stream, ws, c, dev);
+      if (tiles == Tiles::kEpi128)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiConfig<128>>>(stream, ws, c, dev);
+    }
+#endif
   } else {
     // The 2x1 kernels (also those of the pick) are compiled for bf16 -> bf16 only (build time).
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192 ||
@@ -584,6 +599,11 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     }
   }
   switch (tiles) {
+    case Tiles::kEpi64:
+    case Tiles::kEpi128:  // (the experiment kernels above are plain bf16 -> bf16 only)
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e64/e128 (experiment) is compiled for the plain bf16 -> bf16 "
+                              "forward / dgrad only; this call uses the automatic tile choice");
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(stream, ws, c, dev);
     case Tiles::kShortTail:  // the automatic choice's kernels, so every dtype and build has it
       return RunShortTail<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     case Tiles::kSmall:
