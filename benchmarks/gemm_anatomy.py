@@ -63,12 +63,13 @@ def main(argv=None):
                          "us_per_tile_per_1024_k": float(slope * 1024)})
             print(f"  fit G={g} {impl}: fixed {intercept:.2f} us per tile, {slope * 1024:.2f} us per 1024 of K",
                   flush=True)
-    meta = _common.metadata(sys.argv if argv is None else ["benchmarks/gemm_anatomy.py"] + argv)
-    meta["fits"] = fits
-    meta["note"] = (f"per tile per SM = ms / ({tiles} 128x256 tiles / {sms} SMs); fits: " + "; ".join(
-        f"{f['impl']} G={f['G']}: fixed {f['fixed_us_per_tile']:.2f} us + {f['us_per_tile_per_1024_k']:.2f} us per "
-        f"1024 of K" for f in fits))
-    _common.write_results(args.out, meta, rows, "tflops", "Grouped GEMM anatomy: per-tile fixed cost (TFLOP/s)")
+            # written after every fit, so that a run cut by its time limit keeps what it measured
+            meta = _common.metadata(sys.argv if argv is None else ["benchmarks/gemm_anatomy.py"] + argv)
+            meta["fits"] = fits
+            meta["note"] = (f"per tile per SM = ms / ({tiles} 128x256 tiles / {sms} SMs); fits: " + "; ".join(
+                f"{f['impl']} G={f['G']}: fixed {f['fixed_us_per_tile']:.2f} us + {f['us_per_tile_per_1024_k']:.2f} "
+                f"us per 1024 of K" for f in fits))
+            _common.write_results(args.out, meta, rows, "tflops", "Grouped GEMM anatomy: per-tile fixed cost (TFLOP/s)")
 
 
 if __name__ == "__main__":
