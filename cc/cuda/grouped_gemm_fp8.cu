@@ -289,10 +289,10 @@ bool EnvSwitch(const char* name, const char* fallback, const char* other) {
 
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice |
 // wide_one_slice_c21 | split | tail64, read once (tuning on the target machine). auto: small (ping-pong 64x128) for short
-// groups, else wide for E4M3 activations when N has an even number of 256-wide tiles (one slice per warp group for
-// K <= 2048), else large (cooperative 128x128). wide*: 128x256 tiles with sliced promotion
-// (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice* with one 128-column
-// slice per warp group; split: the cluster split (SplitRows) of auto's wide tiles, 2x1 on each group's pairs of
+// groups, else wide for E4M3 activations when N has an even number of 256-wide tiles (one slice per warp group and
+// 128 x 64 epilogue subtiles for K <= 2048), else large (cooperative 128x128). wide*: 128x256 tiles with sliced
+// promotion (fp8_wide_tile_mainloop.cuh), cluster 1x2 / 2x1, *_rs with A in registers, wide_one_slice* with one
+// 128-column slice per warp group (and CUTLASS's 128 x 32 epilogue subtiles); split: the cluster split (SplitRows) of auto's wide tiles, 2x1 on each group's pairs of
 // row tiles and 1x2 on odd last tiles; tail64: the short-tail split (RunFp8ShortTailForK). For E4M3 activations
 // where auto would take 128-row tiles (other calls keep auto's choice).
 const std::string& Fp8TileChoice() {
@@ -349,12 +349,12 @@ ffi::Error RunFp8SplitForK(cudaStream_t stream, const Workspace& ws, const Fp8Ca
 
 // The short-tail split (SplitRows; JAX_MOE_FFI_FP8_TILES=tail64): auto's wide 128-row kernel on every row but a
 // group's last r <= 64 rows, the 64x128 ping-pong kernel with the overlapped promotion (auto's kernel for short
-// groups) on those; both compiled in every build. The ping-pong kernel's outputs were bitwise the 128x128 default's
-// (session 17), as are the wide tiles'.
+// groups) on those. Bitwise auto (the ping-pong kernel's outputs were bitwise the 128x128 default's in session 17, as
+// are the wide tiles'); measured -2 to -6% against auto (session 22, fp8_tail64_h200.md), so an A/B option only.
 template <class ElementA>
 ffi::Error RunFp8ShortTailForK(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
   if (c.k <= 2048) {
-    return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<1, 2, false, true>, Fp8PingpongOverlapConfig>(
+    return RunFp8RowSplit<ElementA, Fp8CoopWideEpi64Config<true>, Fp8PingpongOverlapConfig>(
         stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
   }
   return RunFp8RowSplit<ElementA, Fp8CoopWideConfig<1, 2>, Fp8PingpongOverlapConfig>(
@@ -513,19 +513,17 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
     // Of those, K <= 2048 (at most 16 k-tiles per tile) takes one 128-column slice per warp group: +4-7% on the
     // qwen3-30b shapes, -2-3% at K = 4096 / 7168 (session 20, fp8_wide_tile_mainloop.cuh).
     const bool auto_wide = tiles == "auto" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0;
-    if (!small && tiles == "tail64" && UseOverlapMainloop() && CeilDiv(c.n, 256) % 2 == 0) {
-      return RunFp8ShortTailForK<ElementA>(stream, ws, c, dev);
-    }
-    if (!small && (tiles == "wide_one_slice" || (auto_wide && c.k <= 2048))) {
-      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
+    // With 128 x 64 epilogue subtiles (Fp8CoopWideEpi64Config): +1-13% on the qwen3-30b shapes (session 22).
+    if (!small && auto_wide && c.k <= 2048) {
+      return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<true>>>(
           stream, ws, c, dev);
     }
     if (!small && (tiles == "wide" || auto_wide)) {
       return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2>>>(stream, ws, c,
                                                                                                        dev);
     }
-    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21" ||
-                   tiles == "wide_one_slice_c21" || tiles == "split")) {
+    if (!small && (tiles == "wide_c21" || tiles == "wide_rs" || tiles == "wide_rs_c21" || tiles == "wide_one_slice" ||
+                   tiles == "wide_one_slice_c21" || tiles == "split" || tiles == "tail64")) {
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
       // The compile check (CI) builds auto's kernels only: the other wide variants are A/B alternatives.
       return ffi::Error(ffi::ErrorCode::kUnimplemented,
@@ -533,6 +531,11 @@ ffi::Error DispatchFp8Tiles(cudaStream_t stream, const Workspace& ws, const Fp8C
                         "JAX_MOE_FFI_FP8_TILES=" + tiles + " is not in it; rebuild without it");
 #else
       if (tiles == "split") return RunFp8SplitForK<ElementA>(stream, ws, c, dev);
+      if (tiles == "tail64") return RunFp8ShortTailForK<ElementA>(stream, ws, c, dev);
+      if (tiles == "wide_one_slice") {  // auto's kernel for K <= 2048 with CUTLASS's 128 x 32 epilogue subtiles
+        return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<1, 2, false, true>>>(
+            stream, ws, c, dev);
+      }
       if (tiles == "wide_c21") {
         return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideConfig<2, 1>>>(
             stream, ws, c, dev);

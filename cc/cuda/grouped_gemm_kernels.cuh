@@ -110,16 +110,16 @@ struct EpilogueTileOf<Config, std::void_t<typename Config::EpilogueTile>> {
   using type = typename Config::EpilogueTile;
 };
 
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiment (JAX_MOE_FFI_GEMM_TILES=e64 / e128): auto's 128x256 1x2 tile with 128 x 64 / 128 x 128 epilogue
-// subtiles -- half / a quarter of the stores and barriers per tile, for more shared memory (the carveout may cost a
-// mainloop stage). Same accumulators, so the outputs are bitwise auto's.
+// Auto's 128x256 1x2 tile for the plain forward / dgrad with 128 x 64 epilogue subtiles: half of the TMA stores and
+// barriers per tile, for 16 KB more shared memory. Same accumulators, so bitwise the 128 x 32 form (CoopConfig<1, 2>,
+// which the accumulate form, the pairs and the A/B splits keep). Session 22, alternating (tile_ab_epi_h200.md):
+// qwen3-30b gate_up +2-3% forward and dgrad, deepseek-v3 gate_up unchanged. e128 (128 x 128 subtiles): an
+// experiment-build A/B option (JAX_MOE_FFI_GEMM_TILES=e128), mixed.
 template <int kEpiN>
 struct CoopEpiConfig : CoopConfig<1, 2> {
   using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
   static constexpr const char* kName = kEpiN == 64 ? "coop_128x256x64_c1x2_epi128x64" : "coop_128x256x64_c1x2_epi128x128";
 };
-#endif
 
 // --- Kernel assembly ----------------------------------------------------------------------
 //
@@ -241,15 +241,16 @@ struct Fp8CoopWideConfig {
                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced64");
 };
 
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiment (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64 / wide_e64): auto's wide kernels with 128 x 64 epilogue subtiles.
+// The wide kernels with 128 x 64 epilogue subtiles (CUTLASS's choice is 128 x 32: eight TMA stores per tile, each
+// behind two named barriers). kOneSlice = true is auto's kernel for K <= 2048: session 22 (fp8_epi64_h200.md,
+// alternating, bitwise the 128 x 32 form): qwen3-30b gate_up +1-13%, down +5-7%, even and skewed; at K = 7168 the
+// 64-column-slice form (experiment wide64e64) was within the noise, so K > 2048 keeps 128 x 32.
 template <bool kOneSlice>
 struct Fp8CoopWideEpi64Config : Fp8CoopWideConfig<1, 2, false, kOneSlice> {
   using EpilogueTile = cute::Shape<cute::_128, cute::_64>;
   static constexpr const char* kName = kOneSlice ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64"
                                                  : "fp8_blockwise_coop_128x256x128_c1x2_sliced64_epi128x64";
 };
-#endif
 
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
 // experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.

@@ -397,7 +397,7 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
 //                             it only adds an empty launch, 0.2-0.7% of the Qwen3 layer / train step
 //                             tail64: the short-tail split (RunShortTail), 128-row tiles on every row but a group's
-//                             last r <= 64 rows, a 64-row ping-pong kernel on those
+//                             last r <= 64 rows, a 64-row ping-pong kernel on those (session 22: -1 to -4%, not auto)
 //   JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: a split's second kernel after the first on the caller's
 //                             stream, or beside it on a side stream (ForkJoin); read per call like GEMM_TILES
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only)
@@ -407,7 +407,7 @@ const char* EnvOr(const char* name, const char* fallback) {
 }
 
 enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail,
-                   kEpi64, kEpi128 };
+                   kEpi32, kEpi128 };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -442,9 +442,9 @@ Tiles ChooseTiles(const GemmCall& c) {
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kShortTail;
   }
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  if (choice == "e64" || choice == "e128") {  // auto's 128x256 1x2 tile with wider epilogue subtiles (CoopEpiConfig)
+  if (choice == "e32" || choice == "e128") {  // auto's plain 1x2 tile with CUTLASS's 128 x 32 / 128 x 128 subtiles
     const Tiles t = AutoTiles(c);
-    return t == Tiles::kCoopC1x2 ? (choice == "e64" ? Tiles::kEpi64 : Tiles::kEpi128) : t;
+    return t == Tiles::kCoopC1x2 ? (choice == "e32" ? Tiles::kEpi32 : Tiles::kEpi128) : t;
   }
 #endif
   if (choice == "pick") {
@@ -506,6 +506,11 @@ ffi::Error RunPaired(cudaStream_t stream, const Workspace& ws, const GemmCall& c
       stream, second, c, dev, Pick::kIfPaired, /*write_zeros=*/false);
 }
 
+// Auto's 1x2 kernel: 128 x 64 epilogue subtiles for the plain forward / dgrad (CoopEpiConfig), CUTLASS's 128 x 32 for
+// the accumulate form (its C operand's staging was not measured with wider subtiles).
+template <bool Acc>
+using AutoC1x2 = std::conditional_t<Acc, CoopConfig<1, 2>, CoopEpiConfig<64>>;
+
 // Two kernels on parts of each group's rows (SplitRows), each with half of the workspace: both setup kernels are
 // queued first, then the two GEMMs (IssueSplit). The first kernel zeroes the rows past the total.
 template <class FirstDef, class SecondDef>
@@ -544,7 +549,7 @@ ffi::Error RunShortTail(cudaStream_t stream, const Workspace& ws, const GemmCall
   return AutoTiles(c) == Tiles::kCoopC1x1
       ? RunRowSplit<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>, Tail>(
             stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail)
-      : RunRowSplit<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>, Tail>(
+      : RunRowSplit<GroupedGemm<TIn, TOut, RowMajor, LayoutB, AutoC1x2<Acc>, Acc>, Tail>(
             stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
 }
 
@@ -583,8 +588,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
           stream, ws, c, dev);
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
     if constexpr (!Acc) {
-      if (tiles == Tiles::kEpi64)
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiConfig<64>>>(stream, ws, c, dev);
+      if (tiles == Tiles::kEpi32)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>>>(stream, ws, c, dev);
       if (tiles == Tiles::kEpi128)
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiConfig<128>>>(stream, ws, c, dev);
     }
@@ -599,11 +604,11 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     }
   }
   switch (tiles) {
-    case Tiles::kEpi64:
+    case Tiles::kEpi32:
     case Tiles::kEpi128:  // (the experiment kernels above are plain bf16 -> bf16 only)
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e64/e128 (experiment) is compiled for the plain bf16 -> bf16 "
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e32/e128 (experiment) is compiled for the plain bf16 -> bf16 "
                               "forward / dgrad only; this call uses the automatic tile choice");
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(stream, ws, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, AutoC1x2<Acc>, Acc>>(stream, ws, c, dev);
     case Tiles::kShortTail:  // the automatic choice's kernels, so every dtype and build has it
       return RunShortTail<Acc, TIn, TOut, LayoutB>(stream, ws, c, dev);
     case Tiles::kSmall:
@@ -613,8 +618,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 1>, Acc>>(
           stream, ws, c, dev);
     default:
-      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>, Acc>>(
-          stream, ws, c, dev);
+      return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, AutoC1x2<Acc>, Acc>>(stream, ws, c, dev);
   }
 }
 
