@@ -255,8 +255,8 @@ __host__ __device__ __forceinline__ GroupRows SplitRows(GroupRows r, RowPart par
 // two kernels together, one after the other on the caller's stream or side by side (ForkJoin).
 using DeferredLaunch = std::function<ffi::Error(cudaStream_t)>;
 
-// One side stream per device (created on first use, never destroyed) and its two events. The mutex keeps a fork and
-// its join together: another thread's handler must not record between them.
+// One side stream per device and translation unit (created on first use, never destroyed) and its two events. The
+// mutex keeps a fork and its join together: another thread's handler must not record between them.
 struct SideStream {
   std::mutex mu;
   cudaStream_t stream = nullptr;
@@ -266,7 +266,8 @@ struct SideStream {
 // Issues first(stream) and second(side) so that second starts after everything queued on `stream` before this call
 // and everything queued on `stream` after this call waits for it: the caller sees one stream-ordered call, and under
 // stream capture (XLA's command buffers) both branches land in the same CUDA graph. The persistent first kernel takes
-// the SMs; the second kernel's CTAs take them as the first one's last wave drains, instead of after all of it.
+// the SMs; the second kernel's CTAs can take them as the first one's last wave drains, instead of after all of it
+// (measured on the cluster split: +2-4% on even groups over serial launches, session 22).
 inline ffi::Error ForkJoin(cudaStream_t stream, const DeferredLaunch& first, const DeferredLaunch& second) {
   constexpr int kMaxDevices = 64;
   static SideStream sides[kMaxDevices];
@@ -294,8 +295,8 @@ inline ffi::Error ForkJoin(cudaStream_t stream, const DeferredLaunch& first, con
   JMF_CUDA_CHECK(cudaEventRecord(side.forked, stream));
   ffi::Error first_result = first(stream);
   JMF_CUDA_CHECK(cudaStreamWaitEvent(side.stream, side.forked, 0));
-  // Issued even when the first failed: the side stream has joined a capture and must be joined back.
   ffi::Error second_result = first_result.failure() ? ffi::Error::Success() : second(side.stream);
+  // Joined even when a launch failed: under capture the side stream is part of the caller's capture now.
   JMF_CUDA_CHECK(cudaEventRecord(side.joined, side.stream));
   JMF_CUDA_CHECK(cudaStreamWaitEvent(stream, side.joined, 0));
   return first_result.failure() ? first_result : second_result;
