@@ -267,7 +267,8 @@ struct SideStream {
 // and everything queued on `stream` after this call waits for it: the caller sees one stream-ordered call, and under
 // stream capture (XLA's command buffers) both branches land in the same CUDA graph. The persistent first kernel takes
 // the SMs; the second kernel's CTAs can take them as the first one's last wave drains, instead of after all of it
-// (measured on the cluster split: +2-4% on even groups over serial launches, session 22).
+// (the cluster split launched so: +2-4% over auto on even groups and -1 to -2% on skewed ones, against -1 to -6% there
+// with serial launches; sessions 21-22).
 inline ffi::Error ForkJoin(cudaStream_t stream, const DeferredLaunch& first, const DeferredLaunch& second) {
   constexpr int kMaxDevices = 64;
   static SideStream sides[kMaxDevices];
