@@ -421,9 +421,11 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //   overlap128c22: coop128 on a 2x2 cluster (both operands multicast);
 //   pingpong: the small-tile (ping-pong 64x128) kernel whatever the shape;
 //   pertensor128 | pertensor256c21: CUTLASS's per-tensor fast-accumulation FP8 kernel (no scales at all);
-//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128c12 | wide128c21 | split: the
-//     JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 / split
-//     kernels, per call.
+//   wide64c12 | wide64c21 | wide64rsc12 | wide64rsc21 | wide128c12 | wide128c21 | tail64 | split: the
+//     JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 / tail64 /
+//     split kernels, per call;
+//   wide128e64 (auto's kernel for K <= 2048) | wide64e64 | wide128e64s3 | wide128e32s4: the wide kernels with other
+//     epilogue subtiles / store stages (Fp8CoopWideEpi64Config, Fp8CoopWideEpiStagesConfig).
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -477,6 +479,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
     *result = RunFp8SplitForK<ElementA>(stream, ws, c, dev);
   } else if (which == "wide128e64") {  // auto's one-slice wide kernel (K <= 2048) with 128 x 64 epilogue subtiles
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<true>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide128e64s3") {  // the same with 3 store stages (EpilogueFor)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpiStagesConfig<64, 3>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide128e32s4") {  // 128 x 32 subtiles, 4 store stages
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpiStagesConfig<32, 4>>>(
         stream, ws, c, dev);
   } else if (which == "wide64e64") {  // auto's 64-column-slice wide kernel (K > 2048) with 128 x 64 subtiles
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<false>>>(

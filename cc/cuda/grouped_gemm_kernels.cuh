@@ -110,6 +110,35 @@ struct EpilogueTileOf<Config, std::void_t<typename Config::EpilogueTile>> {
   using type = typename Config::EpilogueTile;
 };
 
+// The epilogue collective of a kernel: CUTLASS's builder, or -- a Config naming kEpilogueStagesD (experiment builds;
+// no C operand) -- the same TMA epilogue with that many output subtiles in flight in shared memory (the builder takes
+// min(subtiles, 2), so each TMA store waits for the one before the previous to have read its buffer).
+template <class Config, class EpiTile, class ElementC, class ElementOut, int kAlignOut, class Fusion, class = void>
+struct EpilogueFor {
+  using LayoutD = cutlass::layout::RowMajor;
+  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape, typename Config::ClusterShape,
+      EpiTile, float, float, ElementC, LayoutD*, kAlignOut, ElementOut, LayoutD*, kAlignOut,
+      typename Config::EpilogueSchedule, Fusion>::CollectiveOp;
+};
+template <class Config, class EpiTile, class ElementC, class ElementOut, int kAlignOut, class Fusion>
+struct EpilogueFor<Config, EpiTile, ElementC, ElementOut, kAlignOut, Fusion,
+                   std::void_t<decltype(Config::kEpilogueStagesD)>> {
+  static_assert(std::is_void_v<ElementC>, "kEpilogueStagesD: no C operand (its smem reuse is the builder's)");
+  using LayoutD = cutlass::layout::RowMajor;
+  using Schedule = typename Config::EpilogueSchedule;
+  using TileShape = typename Config::TileShape;
+  using Tile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
+                        ElementOut, EpiTile, Schedule, TileShape>());
+  static constexpr int kSubtiles = cute::size(cute::shape_div(cute::take<0, 2>(TileShape{}), Tile{}));
+  using Policy = cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<
+      (kSubtiles < 4 ? kSubtiles : 4), Config::kEpilogueStagesD, cute::size(Tile{}) / 256, /*ReuseSmemC=*/false,
+      /*DelayTmaStore=*/false, Schedule::NumEpilogueWarpGroups>;
+  using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+      TileShape, Tile, float, float, ElementC, LayoutD*, kAlignOut, ElementOut, LayoutD*, kAlignOut, Fusion,
+      Policy>::CollectiveOp;
+};
+
 // Auto's 128x256 1x2 tile for the plain forward / dgrad with 128 x 64 epilogue subtiles: half of the TMA stores and
 // barriers per tile, for 16 KB more shared memory. Same accumulators, so bitwise the 128 x 32 form (CoopConfig<1, 2>,
 // which the accumulate form, the pairs and the A/B splits keep). Session 22, alternating (tile_ab_epi_h200.md):
@@ -120,6 +149,17 @@ struct CoopEpiConfig : CoopConfig<1, 2> {
   using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
   static constexpr const char* kName = kEpiN == 64 ? "coop_128x256x64_c1x2_epi128x64" : "coop_128x256x64_c1x2_epi128x128";
 };
+
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiments (JAX_MOE_FFI_GEMM_TILES=e64s3 / e32s4): auto's plain 1x2 kernel with 128 x 64 subtiles and 3 store
+// stages, or 128 x 32 subtiles and 4 (the same 32 KB as 128 x 64 with 2). Not yet measured (prepared in session 22).
+template <int kEpiN, int kStagesD>
+struct CoopEpiStagesConfig : CoopConfig<1, 2> {
+  using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
+  static constexpr int kEpilogueStagesD = kStagesD;
+  static constexpr const char* kName = kEpiN == 64 ? "coop_128x256x64_c1x2_epi128x64_s3" : "coop_128x256x64_c1x2_epi128x32_s4";
+};
+#endif
 
 // --- Kernel assembly ----------------------------------------------------------------------
 //
@@ -147,16 +187,9 @@ struct GroupedGemm {
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      typename Config::TileShape, typename Config::ClusterShape,
-      typename EpilogueTileOf<Config>::type,
-      ElementAcc, ElementAcc,
-      ElementC, LayoutD*, kAlignOut,
-      ElementOut, LayoutD*, kAlignOut,
-      typename Config::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::
-      CollectiveOp;
+  using CollectiveEpilogue = typename EpilogueFor<
+      Config, typename EpilogueTileOf<Config>::type, ElementC, ElementOut, kAlignOut,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::type;
 
   // Pointer-to-layout tags (LayoutA*) select the grouped variant: strides become per-group
   // device arrays of InternalStride.
@@ -252,6 +285,18 @@ struct Fp8CoopWideEpi64Config : Fp8CoopWideConfig<1, 2, false, kOneSlice> {
                                                  : "fp8_blockwise_coop_128x256x128_c1x2_sliced64_epi128x64";
 };
 
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64s3 / wide128e32s4): auto's one-slice wide kernel with 128 x 64
+// subtiles and 3 store stages, or 128 x 32 subtiles and 4. Not yet measured (prepared in session 22).
+template <int kEpiN, int kStagesD>
+struct Fp8CoopWideEpiStagesConfig : Fp8CoopWideConfig<1, 2, false, true> {
+  using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
+  static constexpr int kEpilogueStagesD = kStagesD;
+  static constexpr const char* kName = kEpiN == 64 ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_s3"
+                                                   : "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x32_s4";
+};
+#endif
+
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
 // experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.
 template <class Config, class Builder, class = void>
@@ -279,16 +324,9 @@ struct GroupedGemmFp8Blockwise {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      typename Config::TileShape, typename Config::ClusterShape,
-      typename EpilogueTileOf<Config>::type,
-      ElementAcc, ElementAcc,
-      void, LayoutD*, kAlignOut,
-      ElementOut, LayoutD*, kAlignOut,
-      typename Config::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::
-      CollectiveOp;
+  using CollectiveEpilogue = typename EpilogueFor<
+      Config, typename EpilogueTileOf<Config>::type, void, ElementOut, kAlignOut,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::type;
 
   using BuilderMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

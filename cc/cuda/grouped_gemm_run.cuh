@@ -407,7 +407,7 @@ const char* EnvOr(const char* name, const char* fallback) {
 }
 
 enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail,
-                   kEpi32, kEpi128 };
+                   kEpi32, kEpi128, kEpi64S3, kEpi32S4 };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -442,9 +442,12 @@ Tiles ChooseTiles(const GemmCall& c) {
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kShortTail;
   }
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  if (choice == "e32" || choice == "e128") {  // auto's plain 1x2 tile with CUTLASS's 128 x 32 / 128 x 128 subtiles
+  if (choice == "e32" || choice == "e128" || choice == "e64s3" || choice == "e32s4") {
+    // auto's plain 1x2 tile with CUTLASS's 128 x 32 / 128 x 128 subtiles, or with 3 / 4 store stages (EpilogueFor)
     const Tiles t = AutoTiles(c);
-    return t == Tiles::kCoopC1x2 ? (choice == "e32" ? Tiles::kEpi32 : Tiles::kEpi128) : t;
+    if (t != Tiles::kCoopC1x2) return t;
+    return choice == "e32" ? Tiles::kEpi32 : choice == "e128" ? Tiles::kEpi128
+         : choice == "e64s3" ? Tiles::kEpi64S3 : Tiles::kEpi32S4;
   }
 #endif
   if (choice == "pick") {
@@ -592,6 +595,10 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopConfig<1, 2>>>(stream, ws, c, dev);
       if (tiles == Tiles::kEpi128)
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiConfig<128>>>(stream, ws, c, dev);
+      if (tiles == Tiles::kEpi64S3)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiStagesConfig<64, 3>>>(stream, ws, c, dev);
+      if (tiles == Tiles::kEpi32S4)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiStagesConfig<32, 4>>>(stream, ws, c, dev);
     }
 #endif
   } else {
@@ -605,8 +612,10 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   }
   switch (tiles) {
     case Tiles::kEpi32:
-    case Tiles::kEpi128:  // (the experiment kernels above are plain bf16 -> bf16 only)
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e32/e128 (experiment) is compiled for the plain bf16 -> bf16 "
+    case Tiles::kEpi128:
+    case Tiles::kEpi64S3:
+    case Tiles::kEpi32S4:  // (the experiment kernels above are plain bf16 -> bf16 only)
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e32/e128/e64s3/e32s4 (experiment) is compiled for the plain bf16 -> bf16 "
                               "forward / dgrad only; this call uses the automatic tile choice");
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, AutoC1x2<Acc>, Acc>>(stream, ws, c, dev);
     case Tiles::kShortTail:  // the automatic choice's kernels, so every dtype and build has it
