@@ -3,8 +3,8 @@
 Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: there the handler reads JAX_MOE_FFI_GEMM_TILES on
 every call (a shipped library reads it once), so one jitted call runs each choice in turn on the same operands,
 alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
-Each output is compared bitwise with the first choice's: the tile choices differ in clusters only, so they must be
-equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
+Each output is compared bitwise with the first choice's: the tile choices differ in clusters, row splits and epilogue
+subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
 kernel beside the first on a side stream; `<tiles>` alone: serial). Writes benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2

@@ -374,7 +374,8 @@ def _run_gemm_tiles(where, tiles, launch="serial", graphs=False):
 def test_row_split_is_bitwise_the_host_kernel(tmp_path, n, tiles, launch, graphs):
     """The two-kernel row splits (SplitRows: the cluster split, and the short-tail split whose last <= 64 rows of a
     group run on 64-row tiles) give the host's single kernel's bits, zero rows past the total, the addend kept by the
-    accumulate form; the second kernel serial or on a side stream, with XLA's CUDA graphs capturing the fork."""
+    accumulate form; the second kernel serial or on a side stream (ForkJoin), also with XLA's command buffers on for
+    the custom call (CUSTOM_CALL, minimum graph size 1), where the handler and its fork / join run under capture."""
     rng = np.random.default_rng(n)
     g, k = 9, 264
     # 128-row tiles 2,3,0,1,2,5,1,6,3; last-tile rows 0,44,-,0,1,0,37,127,0 (short tails: 300, 129 and 37 rows)
