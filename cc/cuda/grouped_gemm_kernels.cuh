@@ -98,7 +98,8 @@ struct Pingpong128Config {
                                                                       : "pingpong_128x128x64_c1x2";
 };
 
-// The epilogue's subtile: a Config's own `EpilogueTile` where it names one (the experiment configs below), else
+// The epilogue's subtile: a Config's own `EpilogueTile` where it names one (CoopEpiConfig, Fp8CoopWideEpi64Config and
+// the experiment configs below), else
 // CUTLASS's choice (128 x 32 for the cooperative tiles: eight TMA stores per 128x256 tile, each behind two named
 // barriers and a wait for the previous store to have read its shared memory).
 template <class Config, class = void>
