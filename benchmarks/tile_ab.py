@@ -1,11 +1,13 @@
-"""bf16 grouped GEMM forward / dgrad: JAX_MOE_FFI_GEMM_TILES choices alternated in one process (A/B timings).
+"""bf16 grouped GEMM forward / dgrad / wgrad: tile choices alternated in one process (A/B timings).
 
 Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: there the handler reads JAX_MOE_FFI_GEMM_TILES on
 every call (a shipped library reads it once), so one jitted call runs each choice in turn on the same operands,
 alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
 Each output is compared bitwise with the first choice's: the tile choices differ in clusters, row splits and epilogue
 subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
-kernel beside the first on a side stream; `<tiles>` alone: serial). Writes benchmarks/results/<out>.{json,md,png}.
+kernel beside the first on a side stream; `<tiles>` alone: serial). With `--passes wgrad` the variants set
+JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). Writes
+benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2
 """
@@ -27,7 +29,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="static,split,pick,c2x1")
     ap.add_argument("--groups", default="even,skew")
-    ap.add_argument("--passes", default="fwd,dgrad")
+    ap.add_argument("--passes", default="fwd,dgrad", help="fwd, dgrad, wgrad")
     ap.add_argument("--cases", default="")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=f"tile_ab_{_common.machine_tag()}")
@@ -52,13 +54,18 @@ def main(argv=None):
             for pass_ in args.passes.split(","):
                 if pass_ == "fwd":  # out[M, N] = lhs . rhs[g]
                     fn, a = jax.jit(lambda x, w, s: jmf.grouped_matmul(x, w, s)), (lhs, rhs, sizes)
+                elif pass_ == "wgrad":  # drhs[g] = lhs[rows_g]^T . dout[rows_g] (variants set WGRAD_TILES)
+                    fn, a = jax.jit(lambda x, d, s: jmf.grouped_matmul_wgrad(x, d, s)), (lhs, dout, sizes)
                 else:  # dgrad: dlhs[M, K] = dout . rhs[g]^T (rhs read as [N, K] column-major)
                     fn, a = jax.jit(lambda d, w, s: jmf.grouped_matmul(d, w, s, transpose_rhs=True)), (dout, rhs, sizes)
                 want = None
                 for r in range(args.rounds):
                     for v in variants:
                         tiles, _, launch = v.partition("+")
-                        os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
+                        if pass_ == "wgrad":  # static / auto: the default wgrad tiles
+                            os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
+                        else:
+                            os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
                         os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch or "serial"
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want
@@ -71,6 +78,7 @@ def main(argv=None):
                         print(f"{case['name']:>30} {kind:>4} {pass_:>5} r{r} {v:>13} {ms:8.3f} ms {tf:7.1f} TFLOP/s"
                               f" bitwise_first={bitwise}", flush=True)
             os.environ.pop("JAX_MOE_FFI_GEMM_TILES", None)
+            os.environ.pop("JAX_MOE_FFI_WGRAD_TILES", None)
             os.environ.pop("JAX_MOE_FFI_SECOND_LAUNCH", None)
             _common.write_results(args.out, meta, rows, "tflops", "bf16 grouped GEMM tile choices (TFLOP/s)")
 

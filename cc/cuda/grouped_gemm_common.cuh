@@ -23,6 +23,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "cutlass/gemm/gemm.h"
+#include "cuda/group_tensormaps.cuh"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_moe_ffi {
@@ -419,9 +420,10 @@ double GridScale() {
 }
 
 // The Arguments of a grouped (pointer-array) kernel with everything but the per-call arrays: the
-// device, its SM count and the co-resident cluster count (PrepareKernel), scaled by GridScale().
+// device, its SM count and the co-resident cluster count (PrepareKernel), scaled by GridScale(), and the number of
+// problems (the per-group descriptor workspace of group_tensormaps.cuh depends on it).
 template <class Kernel>
-ffi::Error GroupedArguments(const DeviceInfo& dev, typename Kernel::Arguments* args) {
+ffi::Error GroupedArguments(const DeviceInfo& dev, int64_t problems, typename Kernel::Arguments* args) {
   int max_active_clusters = 0;
   JMF_RETURN_IF_ERROR(PrepareKernel<Kernel>(dev.device, &max_active_clusters));
   int sm_count = dev.sm_count;
@@ -440,6 +442,8 @@ ffi::Error GroupedArguments(const DeviceInfo& dev, typename Kernel::Arguments* a
   args->hw_info.device_id = dev.device;
   args->hw_info.sm_count = sm_count;
   args->hw_info.max_active_clusters = max_active_clusters;
+  // The problem count (its arrays come later): the workspace of per-group descriptors depends on it.
+  args->problem_shape.num_groups = static_cast<int32_t>(problems);
   return ffi::Error::Success();
 }
 
@@ -461,6 +465,13 @@ ffi::Error LaunchCutlassKernel(const typename Kernel::Arguments& args, void* wor
   // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents and
   // strides per group from the device arrays before its first load/store of a group.
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+  if constexpr (HasPrebuiltTensormaps<typename Kernel::CollectiveMainloop>::value) {
+    // Per-group descriptors into the workspace, from the arrays the setup kernel wrote (group_tensormaps.cuh).
+    const int groups = args.problem_shape.groups();
+    const unsigned blocks = static_cast<unsigned>(CeilDiv(std::max(groups, 1), kBuildMapsWarps));
+    BuildGroupTensormapsKernel<Kernel><<<blocks, 32 * kBuildMapsWarps, 0, stream>>>(params);
+    JMF_CUDA_CHECK_LAUNCH("BuildGroupTensormapsKernel launch");
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = Kernel::get_grid_shape(params);
   cfg.blockDim = Kernel::get_block_shape();

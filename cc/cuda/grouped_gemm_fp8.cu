@@ -238,7 +238,7 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   using Kernel = typename GemmDef::Kernel;
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
-  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
   const int64_t kb = CeilDiv(c.k, kScaleBlock);
   Arr arr;
   void* workspace = nullptr;
@@ -388,7 +388,7 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
                 std::is_same_v<typename Kernel::InternalStrideD, typename Arr::StrideD>,
                 "per-tensor experiment: the blockwise setup's strides must be the kernel's");
   typename Kernel::Arguments args;
-  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
   Arr arr;
   void* workspace = nullptr;
   JMF_RETURN_IF_ERROR(CarveFp8Arrays<SetupDef>(ws, "grouped_gemm_fp8", c.g, 0, Kernel::get_workspace_size(args),
@@ -425,7 +425,9 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //     JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 / tail64 /
 //     split kernels, per call;
 //   wide128e64 (auto's kernel for K <= 2048) | wide64e64 | wide128e64s3 | wide128e32s4: the wide kernels with other
-//     epilogue subtiles / store stages (Fp8CoopWideEpi64Config, Fp8CoopWideEpiStagesConfig).
+//     epilogue subtiles / store stages (Fp8CoopWideEpi64Config, Fp8CoopWideEpiStagesConfig);
+//   wide128e64pre | wide64pre: auto's wide kernels (K <= 2048 / K > 2048) with per-group TMA descriptors built before
+//     the GEMM (group_tensormaps.cuh).
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -485,6 +487,12 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
         stream, ws, c, dev);
   } else if (which == "wide128e32s4") {  // 128 x 32 subtiles, 4 store stages
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpiStagesConfig<32, 4>>>(
+        stream, ws, c, dev);
+  } else if (which == "wide128e64pre") {  // auto's K <= 2048 kernel with per-group descriptors (group_tensormaps.cuh)
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64PreConfig>>(
+        stream, ws, c, dev);
+  } else if (which == "wide64pre") {  // auto's K > 2048 kernel with per-group descriptors
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWidePreConfig>>(
         stream, ws, c, dev);
   } else if (which == "wide64e64") {  // auto's 64-column-slice wide kernel (K > 2048) with 128 x 64 subtiles
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<false>>>(
@@ -745,7 +753,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   using Kernel = typename GemmDef::Kernel;
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
-  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, &args));
+  JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
   Arr arr;
   void* workspace = nullptr;
   JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8_wgrad", c.g, 0, Kernel::get_workspace_size(args),

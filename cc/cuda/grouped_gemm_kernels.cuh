@@ -23,6 +23,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cuda/fp8_overlap_mainloop.cuh"
 #include "cuda/fp8_wide_tile_mainloop.cuh"
+#include "cuda/group_tensormaps.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -162,6 +163,32 @@ struct CoopEpiStagesConfig : CoopConfig<1, 2> {
 };
 #endif
 
+// Whether a Config asks for per-group TMA descriptors built before the GEMM (group_tensormaps.cuh) instead of CUTLASS's
+// per-SM descriptors rewritten on every group change; and the collectives that does it with.
+template <class Config, class = void>
+struct PrebuiltMapsOf : std::false_type {};
+template <class Config>
+struct PrebuiltMapsOf<Config, std::void_t<decltype(Config::kPrebuiltTensormaps)>>
+    : std::bool_constant<Config::kPrebuiltTensormaps> {};
+template <class Config, class Mainloop>
+using MainloopMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value, PrebuiltTensormapMainloop<Mainloop>, Mainloop>;
+template <class Config, class Epilogue>
+using EpilogueMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value, PrebuiltTensormapEpilogue<Epilogue>, Epilogue>;
+
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiment (JAX_MOE_FFI_GEMM_TILES=pre): auto's plain 1x2 kernel (128 x 64 subtiles) with per-group TMA descriptors
+// built before the GEMM (group_tensormaps.cuh). Same loads, math and stores, so bitwise auto's output.
+struct CoopEpiPreConfig : CoopEpiConfig<64> {
+  static constexpr bool kPrebuiltTensormaps = true;
+  static constexpr const char* kName = "coop_128x256x64_c1x2_epi128x64_premaps";
+};
+// Experiment (JAX_MOE_FFI_WGRAD_TILES=pre): the wgrad's default kernel with per-group TMA descriptors.
+struct Pingpong128PreConfig : Pingpong128Config<2, 1> {
+  static constexpr bool kPrebuiltTensormaps = true;
+  static constexpr const char* kName = "pingpong_128x128x64_c2x1_premaps";
+};
+#endif
+
 // --- Kernel assembly ----------------------------------------------------------------------
 //
 // ElementIn : bf16 or f16 (both operands). ElementOut: bf16/f16 (same as input) or float.
@@ -188,13 +215,13 @@ struct GroupedGemm {
   static constexpr int kAlignIn = 16 / sizeof(ElementIn);
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
 
-  using CollectiveEpilogue = typename EpilogueFor<
+  using CollectiveEpilogue = EpilogueMapsFor<Config, typename EpilogueFor<
       Config, typename EpilogueTileOf<Config>::type, ElementC, ElementOut, kAlignOut,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::type;
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::type>;
 
   // Pointer-to-layout tags (LayoutA*) select the grouped variant: strides become per-group
   // device arrays of InternalStride.
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuilderMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementIn, LayoutA*, kAlignIn,
       ElementIn, LayoutB*, kAlignIn,
@@ -203,6 +230,7 @@ struct GroupedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
+  using CollectiveMainloop = MainloopMapsFor<Config, BuilderMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
                                                       CollectiveEpilogue>;
@@ -298,6 +326,19 @@ struct Fp8CoopWideEpiStagesConfig : Fp8CoopWideConfig<1, 2, false, true> {
 };
 #endif
 
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64pre / wide64pre): auto's wide kernels (K <= 2048: one slice, 128 x 64
+// subtiles; K > 2048: 64-column slices, 128 x 32) with per-group TMA descriptors built before the GEMM.
+struct Fp8CoopWideEpi64PreConfig : Fp8CoopWideEpi64Config<true> {
+  static constexpr bool kPrebuiltTensormaps = true;
+  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_premaps";
+};
+struct Fp8CoopWidePreConfig : Fp8CoopWideConfig<1, 2> {
+  static constexpr bool kPrebuiltTensormaps = true;
+  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced64_premaps";
+};
+#endif
+
 // The consumer mainloop: a Config's own `Mainloop<Builder>` where it names one (the experiment configs of
 // experiments/fp8_ceiling.cuh), else ours with overlapped promotion (kOverlap) or CUTLASS's.
 template <class Config, class Builder, class = void>
@@ -325,9 +366,9 @@ struct GroupedGemmFp8Blockwise {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  using CollectiveEpilogue = typename EpilogueFor<
+  using CollectiveEpilogue = EpilogueMapsFor<Config, typename EpilogueFor<
       Config, typename EpilogueTileOf<Config>::type, void, ElementOut, kAlignOut,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::type;
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::type>;
 
   using BuilderMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -338,7 +379,7 @@ struct GroupedGemmFp8Blockwise {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
-  using CollectiveMainloop = typename PickFp8Mainloop<Config, BuilderMainloop>::type;
+  using CollectiveMainloop = MainloopMapsFor<Config, typename PickFp8Mainloop<Config, BuilderMainloop>::type>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
                                                       CollectiveEpilogue>;

@@ -53,9 +53,10 @@ def _cuda_unusable(target: str, dtype) -> str | None:
 
 
 def _cuda_workspace_bytes(groups: int) -> int:
-    """Device workspace of the CUDA handlers: per-group shapes/pointers/strides (< 256 B a group) and
-    CUTLASS's per-SM TMA descriptors (< 1 KiB an SM; 1 MiB covers 1024 SMs). The handler checks it."""
-    return 256 * groups + (1 << 20)
+    """Device workspace of the CUDA handlers: per-group shapes/pointers/strides (< 256 B a group), per-group
+    TMA descriptors where the kernel takes them prebuilt (3 x 128 B a group) and CUTLASS's per-SM TMA
+    descriptors (< 1 KiB an SM; 1 MiB covers 1024 SMs). The handler checks it."""
+    return 640 * groups + (1 << 20)
 
 
 def _fwd_call(lhs, rhs, group_sizes, transpose_rhs: bool, out_dtype):

@@ -55,9 +55,10 @@ def _cdiv(a: int, b: int) -> int:
 
 def _workspace_bytes(g: int, m: int, k: int) -> int:
     """Twice (the cluster split launches two kernels, each with its own half): per-group metadata (< 512 B a
-    group), the repacked lhs scales (M * K/128 floats) and CUTLASS's per-SM TMA descriptors (1 MiB covers 1024
-    SMs). The handler checks it."""
-    return 2 * (512 * g + 4 * m * _cdiv(k, BLOCK) + (1 << 20) + 4096)
+    group), per-group TMA descriptors where the kernel takes them prebuilt (3 x 128 B a group), the repacked lhs
+    scales (M * K/128 floats) and CUTLASS's per-SM TMA descriptors (1 MiB covers 1024 SMs). The handler checks
+    it."""
+    return 2 * (896 * g + 4 * m * _cdiv(k, BLOCK) + (1 << 20) + 4096)
 
 
 def _expand_rows(scale, n_cols: int):
