@@ -151,7 +151,14 @@ struct PrebuiltTensormapEpilogue : Base {
 template <class Collective, class = void>
 struct HasPrebuiltTensormaps : std::false_type {};
 template <class Collective>
-struct HasPrebuiltTensormaps<Collective, std::void_t<decltype(Collective::kPrebuiltTensormaps)>> : std::true_type {};
+struct HasPrebuiltTensormaps<Collective, std::void_t<decltype(Collective::kPrebuiltTensormaps)>>
+    : std::bool_constant<Collective::kPrebuiltTensormaps> {};
+
+// Whether a kernel needs BuildGroupTensormapsKernel before it: either collective may take prebuilt descriptors
+// (e.g. the accumulate form's mainloop does, its epilogue, which reads C, does not).
+template <class Kernel>
+constexpr bool kNeedsGroupTensormaps = HasPrebuiltTensormaps<typename Kernel::CollectiveMainloop>::value ||
+                                       HasPrebuiltTensormaps<typename Kernel::CollectiveEpilogue>::value;
 
 // One warp per group. Groups with no rows or columns get no tiles from the scheduler, so no descriptors (a group with
 // K = 0 still stores its zeros through D).
@@ -161,7 +168,6 @@ __global__ void __launch_bounds__(32 * kBuildMapsWarps)
     BuildGroupTensormapsKernel(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
   using Mainloop = typename Kernel::CollectiveMainloop;
   using Epilogue = typename Kernel::CollectiveEpilogue;
-  static_assert(HasPrebuiltTensormaps<Mainloop>::value && HasPrebuiltTensormaps<Epilogue>::value);
   struct alignas(128) DMap {
     cute::TmaDescriptor map;
   };
@@ -172,9 +178,13 @@ __global__ void __launch_bounds__(32 * kBuildMapsWarps)
   if (group >= params.problem_shape.groups()) return;  // (whole warps)
   const auto shape = cute::append<4>(params.problem_shape.get_problem_shape(group), 1);
   if (cute::get<0>(shape) <= 0 || cute::get<1>(shape) <= 0) return;
-  Mainloop mainloop;
-  mainloop.BuildGroup(params.mainloop, mainloop_maps[warp], shape, group);
-  Epilogue::BuildGroup(params.epilogue, d_maps[warp].map, shape, group);
+  if constexpr (HasPrebuiltTensormaps<Mainloop>::value) {
+    Mainloop mainloop;
+    mainloop.BuildGroup(params.mainloop, mainloop_maps[warp], shape, group);
+  }
+  if constexpr (HasPrebuiltTensormaps<Epilogue>::value) {
+    Epilogue::BuildGroup(params.epilogue, d_maps[warp].map, shape, group);
+  }
 }
 
 }  // namespace cuda

@@ -465,7 +465,7 @@ ffi::Error LaunchCutlassKernel(const typename Kernel::Arguments& args, void* wor
   // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents and
   // strides per group from the device arrays before its first load/store of a group.
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-  if constexpr (HasPrebuiltTensormaps<typename Kernel::CollectiveMainloop>::value) {
+  if constexpr (kNeedsGroupTensormaps<Kernel>) {
     // Per-group descriptors into the workspace, from the arrays the setup kernel wrote (group_tensormaps.cuh).
     const int groups = args.problem_shape.groups();
     const unsigned blocks = static_cast<unsigned>(CeilDiv(std::max(groups, 1), kBuildMapsWarps));

@@ -30,7 +30,7 @@ template <class TIn, class Config>
 struct GroupedGemmTwoProducts {
   using Plain = GroupedGemm<TIn, TIn, RowMajor, ColMajor, Config>;
   using CollectiveEpilogue = typename Plain::CollectiveEpilogue;
-  using CollectiveMainloop = TwoProductMainloop<typename Plain::CollectiveMainloop>;
+  using CollectiveMainloop = TwoProductMainloop<typename Plain::BuilderMainloop>;  // (CUTLASS's, per-SM descriptors)
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop, CollectiveEpilogue>;
   using ConfigT = Config;
   static constexpr bool kWithAddend = false;

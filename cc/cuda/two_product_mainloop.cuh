@@ -42,6 +42,7 @@ struct TwoProductMainloop : Base {
   using GmemTiledCopyB = typename Base::GmemTiledCopyB;
   static_assert(Base::IsGroupedGemmKernel, "two products: grouped (per-group stride) kernels only");
   static constexpr int kTileK = cute::size<2>(TileShape{});
+  static constexpr bool kPrebuiltTensormaps = false;  // its own per-SM descriptors (four), rewritten per group
 
   // The base's arguments (A0 / B0 and the shared strides) plus the second product's pointers.
   struct Arguments : Base::Arguments {
