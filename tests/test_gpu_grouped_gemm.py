@@ -108,6 +108,38 @@ def test_random_shapes_empty_groups_sum_below_m(seed, dtype, out_f32):
         assert rel(dl, ragged_f32(dout, jnp.swapaxes(rhs, 1, 2), gs)) < 1e-2
 
 
+@pytest.mark.parametrize("g,n", [(300, 2048), (1000, 520), (257, 136)])
+def test_many_groups_each_with_its_own_descriptors(g, n):
+    """More groups than SMs, most of them a few rows long and a fifth empty: every persistent CTA moves to another
+    group on nearly every tile, so each tile's loads and stores go through the per-group TMA descriptors that
+    BuildGroupTensormapsKernel wrote before the GEMM (group_tensormaps.cuh). A wrong or missing descriptor puts a
+    tile's rows in another group's place or leaves them unwritten. Forward (N = 2048: the 1x2 kernel with 128x64
+    subtiles; 520 and 136: 1x1), dgrad, wgrad (ping-pong; empty groups zero) and the accumulate form (its epilogue
+    reads C through CUTLASS's per-SM descriptors, its mainloop through the prebuilt ones) against XLA in f32."""
+    rng = np.random.default_rng(g)
+    k = 264
+    m = 40 * g + 77
+    w = rng.dirichlet(np.full(g, 0.7)) * (rng.random(g) > 0.2)
+    gs = np.floor(w / w.sum() * (m - 77)).astype(np.int32)  # the last 77 rows (and the floors' rest) past the total
+    total = int(gs.sum())
+    gs = jnp.asarray(gs)
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    rhs = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    dout = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    out = jmf.grouped_matmul(lhs, rhs, gs)
+    assert bool(jnp.all(out[total:] == 0))
+    assert rel(out, ragged_f32(lhs, rhs, gs)) < 1e-2
+    dl = jmf.grouped_matmul(dout, rhs, gs, transpose_rhs=True)
+    assert rel(dl, ragged_f32(dout, jnp.swapaxes(rhs, 1, 2), gs)) < 1e-2
+    dw = jmf.grouped_matmul_wgrad(lhs, dout, gs, preferred_element_type=jnp.float32)
+    assert bool(jnp.all(dw[np.flatnonzero(np.asarray(gs) == 0)] == 0))
+    assert rel(dw, wgrad_f32(lhs, dout, gs)) < 1e-2
+    addend = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+    acc = jax.jit(lambda a, b, s, c: jmf.grouped_matmul_acc(a, b, s, c))(lhs, rhs, gs, addend)
+    assert bool(jnp.all(acc[total:] == addend[total:]))
+    assert rel(acc, ragged_f32(lhs, rhs, gs) + addend.astype(jnp.float32)) < 1e-2
+
+
 def _on_stale_memory(fn, shape, dtype):
     """fn() right after freeing a NaN-filled buffer of its output's size, so that the allocator is likely to
     hand that memory to fn's output: whatever the kernels do not write then reads NaN, not a fresh zero page.

@@ -1,6 +1,7 @@
 """Small cases for compute-sanitizer (memcheck / racecheck): grouped GEMM with empty groups, sum < M,
-odd sizes, forward, dgrad and wgrad, bf16 and f32 outputs; dispatch/combine (plan with its
-last-block ticket, token-major gather, padding rows) with capacity, alignment and k > 8."""
+odd sizes, forward, dgrad and wgrad, bf16 and f32 outputs, the 128x256 1x2 kernel, the accumulate form and the
+blockwise FP8 kernel (all of them through per-group TMA descriptors built before the GEMM); dispatch/combine (plan
+with its last-block ticket, token-major gather, padding rows) with capacity, alignment and k > 8."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +19,17 @@ for m, k, n, sizes in [(200, 64, 128, [0, 50, 0, 77, 3]), (37, 16, 24, [37]), (1
                 jmf.grouped_matmul(dout, rhs, gs, transpose_rhs=True, preferred_element_type=pet),
                 jmf.grouped_matmul_wgrad(lhs, dout, gs, preferred_element_type=pet)]
         jax.block_until_ready(outs)
+# More than 128 rows a group on average and N = 512 (two 256-wide tiles): auto's 128x256 1x2 kernel; the accumulate
+# form; the FP8 wide kernel (N = 512) and the 128x128 one (N = 136).
+lhs = jnp.asarray(rng.standard_normal((2100, 64)), jnp.bfloat16)
+rhs = jnp.asarray(rng.standard_normal((6, 64, 512)), jnp.bfloat16)
+gs = jnp.asarray([500, 0, 377, 129, 700, 300], jnp.int32)
+jax.block_until_ready([jmf.grouped_matmul(lhs, rhs, gs),
+                       jmf.grouped_matmul_acc(lhs, rhs, gs, jnp.ones((2100, 512), jnp.bfloat16))])
+for n in (512, 136):
+    a = jnp.asarray(rng.standard_normal((700, 256)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((5, 256, n)), jnp.bfloat16)
+    jax.block_until_ready(jmf.grouped_matmul(a, w, jnp.asarray([200, 0, 131, 300, 19], jnp.int32), recipe="blockwise"))
 for t, k, e, d, kw in [(300, 10, 7, 136, dict(capacity=200, align=16)), (64, 2, 300, 64, {}), (0, 2, 4, 8, {})]:
     x = jnp.asarray(rng.standard_normal((t, d)), jnp.bfloat16)
     ids = jnp.asarray(rng.integers(-1, e, (t, k)), jnp.int32)

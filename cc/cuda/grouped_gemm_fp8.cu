@@ -426,8 +426,8 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
 //     split kernels, per call;
 //   wide128e64 (auto's kernel for K <= 2048) | wide64e64 | wide128e64s3 | wide128e32s4: the wide kernels with other
 //     epilogue subtiles / store stages (Fp8CoopWideEpi64Config, Fp8CoopWideEpiStagesConfig);
-//   wide128e64pre | wide64pre: auto's wide kernels (K <= 2048 / K > 2048) with per-group TMA descriptors built before
-//     the GEMM (group_tensormaps.cuh).
+//   wide128e64persm | wide64persm: auto's wide kernels (K <= 2048 / K > 2048) with CUTLASS's per-SM TMA descriptors
+//     instead of the per-group ones built before the GEMM (group_tensormaps.cuh).
 template <class ElementA>
 bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev,
                       ffi::Error* result) {
@@ -488,11 +488,11 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
   } else if (which == "wide128e32s4") {  // 128 x 32 subtiles, 4 store stages
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpiStagesConfig<32, 4>>>(
         stream, ws, c, dev);
-  } else if (which == "wide128e64pre") {  // auto's K <= 2048 kernel with per-group descriptors (group_tensormaps.cuh)
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64PreConfig>>(
+  } else if (which == "wide128e64persm") {  // auto's K <= 2048 kernel with CUTLASS's per-SM descriptors
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64PerSmConfig>>(
         stream, ws, c, dev);
-  } else if (which == "wide64pre") {  // auto's K > 2048 kernel with per-group descriptors
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWidePreConfig>>(
+  } else if (which == "wide64persm") {  // auto's K > 2048 kernel with CUTLASS's per-SM descriptors
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWidePerSmConfig>>(
         stream, ws, c, dev);
   } else if (which == "wide64e64") {  // auto's 64-column-slice wide kernel (K > 2048) with 128 x 64 subtiles
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<false>>>(

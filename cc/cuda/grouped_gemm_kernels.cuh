@@ -163,29 +163,32 @@ struct CoopEpiStagesConfig : CoopConfig<1, 2> {
 };
 #endif
 
-// Whether a Config asks for per-group TMA descriptors built before the GEMM (group_tensormaps.cuh) instead of CUTLASS's
-// per-SM descriptors rewritten on every group change; and the collectives that does it with.
+// Per-group TMA descriptors built before the GEMM (group_tensormaps.cuh) instead of CUTLASS's per-SM descriptors
+// rewritten on every group change: every kernel here, unless its Config sets kPrebuiltTensormaps = false (the
+// experiment build's per-SM variants, for A/B). Epilogues that read C (the accumulate form) keep CUTLASS's; their
+// mainloop still takes prebuilt descriptors. Session 23 (tile_ab_premaps_h200.md, fp8_premaps_*_h200.md; alternating,
+// bitwise): bf16 wgrad +6-11% on the qwen3-30b shapes, forward / dgrad +1-3%, deepseek-v3 gate_up +0.5-1%; FP8 0 to +5%.
 template <class Config, class = void>
-struct PrebuiltMapsOf : std::false_type {};
+struct PrebuiltMapsOf : std::true_type {};
 template <class Config>
 struct PrebuiltMapsOf<Config, std::void_t<decltype(Config::kPrebuiltTensormaps)>>
     : std::bool_constant<Config::kPrebuiltTensormaps> {};
 template <class Config, class Mainloop>
 using MainloopMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value, PrebuiltTensormapMainloop<Mainloop>, Mainloop>;
 template <class Config, class Epilogue>
-using EpilogueMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value, PrebuiltTensormapEpilogue<Epilogue>, Epilogue>;
+using EpilogueMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value && std::is_void_v<typename Epilogue::ElementC>,
+                                           PrebuiltTensormapEpilogue<Epilogue>, Epilogue>;
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiment (JAX_MOE_FFI_GEMM_TILES=pre): auto's plain 1x2 kernel (128 x 64 subtiles) with per-group TMA descriptors
-// built before the GEMM (group_tensormaps.cuh). Same loads, math and stores, so bitwise auto's output.
-struct CoopEpiPreConfig : CoopEpiConfig<64> {
-  static constexpr bool kPrebuiltTensormaps = true;
-  static constexpr const char* kName = "coop_128x256x64_c1x2_epi128x64_premaps";
+// Experiments (JAX_MOE_FFI_GEMM_TILES=persm, JAX_MOE_FFI_WGRAD_TILES=persm): auto's plain 1x2 forward / dgrad kernel and
+// the wgrad's ping-pong 2x1 kernel with CUTLASS's per-SM descriptors, rewritten on each group change.
+struct CoopEpiPerSmConfig : CoopEpiConfig<64> {
+  static constexpr bool kPrebuiltTensormaps = false;
+  static constexpr const char* kName = "coop_128x256x64_c1x2_epi128x64_persm";
 };
-// Experiment (JAX_MOE_FFI_WGRAD_TILES=pre): the wgrad's default kernel with per-group TMA descriptors.
-struct Pingpong128PreConfig : Pingpong128Config<2, 1> {
-  static constexpr bool kPrebuiltTensormaps = true;
-  static constexpr const char* kName = "pingpong_128x128x64_c2x1_premaps";
+struct Pingpong128PerSmConfig : Pingpong128Config<2, 1> {
+  static constexpr bool kPrebuiltTensormaps = false;
+  static constexpr const char* kName = "pingpong_128x128x64_c2x1_persm";
 };
 #endif
 
@@ -327,15 +330,15 @@ struct Fp8CoopWideEpiStagesConfig : Fp8CoopWideConfig<1, 2, false, true> {
 #endif
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64pre / wide64pre): auto's wide kernels (K <= 2048: one slice, 128 x 64
-// subtiles; K > 2048: 64-column slices, 128 x 32) with per-group TMA descriptors built before the GEMM.
-struct Fp8CoopWideEpi64PreConfig : Fp8CoopWideEpi64Config<true> {
-  static constexpr bool kPrebuiltTensormaps = true;
-  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_premaps";
+// Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64persm / wide64persm): auto's wide kernels (K <= 2048: one slice,
+// 128 x 64 subtiles; K > 2048: 64-column slices, 128 x 32) with CUTLASS's per-SM descriptors.
+struct Fp8CoopWideEpi64PerSmConfig : Fp8CoopWideEpi64Config<true> {
+  static constexpr bool kPrebuiltTensormaps = false;
+  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_persm";
 };
-struct Fp8CoopWidePreConfig : Fp8CoopWideConfig<1, 2> {
-  static constexpr bool kPrebuiltTensormaps = true;
-  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced64_premaps";
+struct Fp8CoopWidePerSmConfig : Fp8CoopWideConfig<1, 2> {
+  static constexpr bool kPrebuiltTensormaps = false;
+  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced64_persm";
 };
 #endif
 

@@ -400,18 +400,19 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //                             tail64: the short-tail split (RunShortTail), 128-row tiles on every row but a group's
 //                             last r <= 64 rows, a 64-row ping-pong kernel on those (session 22: -1 to -4%, not auto)
 //                             experiment builds also: e32 | e128 | e64s3 | e32s4 (epilogue subtiles / store stages) and
-//                             pre (auto's plain 1x2 kernel with per-group TMA descriptors, group_tensormaps.cuh)
+//                             persm (auto's plain 1x2 kernel with CUTLASS's per-SM TMA descriptors instead of the
+//                             per-group ones built before the GEMM, group_tensormaps.cuh)
 //   JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: a split's second kernel after the first on the caller's
 //                             stream, or beside it on a side stream (ForkJoin); read per call like GEMM_TILES
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only); experiment builds
-//                             also pre (the default with per-group TMA descriptors, group_tensormaps.cuh), per call
+//                             also persm (the default with CUTLASS's per-SM TMA descriptors), per call
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
 enum class Tiles { kSmall, kCoopC1x1, kCoopC1x2, kCoopC2x1, kPingpong128, kCoop192, kPaired, kSplit, kShortTail,
-                   kEpi32, kEpi128, kEpi64S3, kEpi32S4, kPreMaps };
+                   kEpi32, kEpi128, kEpi64S3, kEpi32S4, kPerSmMaps };
 
 // Host-side choice from static shapes only (the group sizes stay on the device).
 Tiles AutoTiles(const GemmCall& c) {
@@ -446,10 +447,10 @@ Tiles ChooseTiles(const GemmCall& c) {
     return AutoTiles(c) == Tiles::kSmall ? Tiles::kSmall : Tiles::kShortTail;
   }
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  if (choice == "pre") {
-    // auto's plain 1x2 kernel with per-group TMA descriptors built before the GEMM (group_tensormaps.cuh)
+  if (choice == "persm") {
+    // auto's plain 1x2 kernel with CUTLASS's per-SM TMA descriptors (auto's are prebuilt per group)
     const Tiles t = AutoTiles(c);
-    return t == Tiles::kCoopC1x2 ? Tiles::kPreMaps : t;
+    return t == Tiles::kCoopC1x2 ? Tiles::kPerSmMaps : t;
   }
   if (choice == "e32" || choice == "e128" || choice == "e64s3" || choice == "e32s4") {
     // auto's plain 1x2 tile with CUTLASS's 128 x 32 / 128 x 128 subtiles, or with 3 / 4 store stages (EpilogueFor)
@@ -489,12 +490,12 @@ Tiles ChooseTiles(const GemmCall& c) {
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
 
-enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPreMaps };
+enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps };
 
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
   const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");  // per call (A/B in one process)
-  if (choice == "pre") return WgradTiles::kPingpongPreMaps;
+  if (choice == "persm") return WgradTiles::kPingpongPerSmMaps;
 #else
   static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
 #endif
@@ -613,8 +614,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiStagesConfig<64, 3>>>(stream, ws, c, dev);
       if (tiles == Tiles::kEpi32S4)
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiStagesConfig<32, 4>>>(stream, ws, c, dev);
-      if (tiles == Tiles::kPreMaps)
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiPreConfig>>(stream, ws, c, dev);
+      if (tiles == Tiles::kPerSmMaps)
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiPerSmConfig>>(stream, ws, c, dev);
     }
 #endif
   } else {
@@ -631,8 +632,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     case Tiles::kEpi128:
     case Tiles::kEpi64S3:
     case Tiles::kEpi32S4:
-    case Tiles::kPreMaps:  // (the experiment kernels above are plain bf16 -> bf16 only)
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e32/e128/e64s3/e32s4/pre (experiment) is compiled for the plain bf16 -> bf16 "
+    case Tiles::kPerSmMaps:  // (the experiment kernels above are plain bf16 -> bf16 only)
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=e32/e128/e64s3/e32s4/persm (experiment) is compiled for the plain bf16 -> bf16 "
                               "forward / dgrad only; this call uses the automatic tile choice");
       return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, AutoC1x2<Acc>, Acc>>(stream, ws, c, dev);
     case Tiles::kShortTail:  // the automatic choice's kernels, so every dtype and build has it
@@ -680,8 +681,8 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
             return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 2>>>(
                 stream, ws, c, dev);
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-          if (wt == WgradTiles::kPingpongPreMaps)
-            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128PreConfig>>(
+          if (wt == WgradTiles::kPingpongPerSmMaps)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128PerSmConfig>>(
                 stream, ws, c, dev);
 #endif
         } else if (wt == WgradTiles::kPingpongC2x2) {
