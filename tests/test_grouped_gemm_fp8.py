@@ -154,6 +154,17 @@ def _on_gpu_reference(a, sa, bt, sb, gs):
     return jax.jit(fp8._reference_call)(a, sa, bt, sb, gs)
 
 
+def _kernel_and_reference(a, w, gs):
+    """The FP8 kernel on blockwise-quantised a, w (weights in 128 x 128 blocks) and the float32 product of the same
+    dequantised operands, both as float32 arrays, and the number of rows the groups cover."""
+    qa = jmf.quantize(a, "blockwise")
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    bt = jnp.swapaxes(qw.data, 1, 2)
+    out = np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+    ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+    return out, ref, min(int(np.clip(np.asarray(gs), 0, None).sum()), a.shape[0])
+
+
 @pytest.mark.gpu
 def test_gpu_fp8_kernel_is_loaded_and_in_the_executable():
     assert fp8.FP8_TARGET in _registry.cuda_targets, _registry.cuda_load_error
@@ -191,14 +202,8 @@ def test_gpu_fp8_many_groups_vs_reference(g, k, n):
     another group than its previous one, so every tile loads and stores through the per-group TMA descriptors
     built before the GEMM (group_tensormaps.cuh). Auto's kernels: one-slice 128x256 (K <= 2048, N = 1536), 64-column
     slices (K = 2560), 128x128 (N = 520)."""
-    m = 30 * g + 50
-    a, w, gs = random_case(g + k, m, k, n, g, below=50)
-    qa = jmf.quantize(a, "blockwise")
-    qw = jmf.quantize(w, "blockwise", block=(128, 128))
-    bt = jnp.swapaxes(qw.data, 1, 2)
-    out = np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
-    ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
-    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    a, w, gs = random_case(g + k, 30 * g + 50, k, n, g, below=50)
+    out, ref, total = _kernel_and_reference(a, w, gs)
     assert np.all(out[total:] == 0)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
 
@@ -245,12 +250,7 @@ def test_gpu_fp8_block_scaled_operands_vs_reference(case):
     and the bf16 output rounding differ (rel 2e-3; pairing a slice with the wrong scales gives ~1)."""
     seed, m, k, n, g, below = case
     a, w, gs = _block_scaled_case(seed, m, k, n, g, below)
-    qa = jmf.quantize(a, "blockwise")
-    qw = jmf.quantize(w, "blockwise", block=(128, 128))
-    bt = jnp.swapaxes(qw.data, 1, 2)
-    out = np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
-    ref = np.asarray(_on_gpu_reference(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
-    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    out, ref, total = _kernel_and_reference(a, w, gs)
     assert np.all(out[total:] == 0)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3
 
