@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -33,54 +34,61 @@
 namespace jax_moe_ffi {
 namespace cuda {
 
-// Mainloop: the workspace holds (A, B) descriptor pairs, one per group (written by BuildGroupTensormapsKernel).
+// Mainloop: the workspace holds, per group, the kMaps descriptors the base collective keeps (A, B for CUTLASS's; A0,
+// B0, A1, B1 for the two-product mainloop), written by BuildGroupTensormapsKernel.
 template <class Base>
 struct PrebuiltTensormapMainloop : Base {
   using Base::Base;
   using Params = typename Base::Params;
   using Arguments = typename Base::Arguments;
   using TensorMapStorage = typename Base::TensorMapStorage;
-  using TensorMaps = cute::tuple<cute::TmaDescriptor*, cute::TmaDescriptor*>;
+  // The base's tuple of descriptor pointers (the kernel layer keeps one and passes it back).
+  using TensorMaps = decltype(std::declval<Base&>().tensormaps_init(std::declval<Params const&>(),
+                                                                    std::declval<TensorMapStorage&>(), 0, 0));
+  static constexpr int kMaps = cute::tuple_size<TensorMaps>::value;
+  static_assert(sizeof(TensorMapStorage) == kMaps * sizeof(cute::TmaDescriptor),
+                "prebuilt tensormaps: the base's shared-memory descriptors are its tuple's, in order");
   static constexpr bool kPrebuiltTensormaps = true;
   static_assert(Base::IsGroupedGemmKernel, "prebuilt tensormaps: grouped (per-group stride) kernels only");
 
   template <class ProblemShape>
   static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const&, int) {
-    return 2 * sizeof(cute::TmaDescriptor) * static_cast<size_t>(std::max(problem_shape.groups(), 1));
+    return kMaps * sizeof(cute::TmaDescriptor) * static_cast<size_t>(std::max(problem_shape.groups(), 1));
   }
 
-  static CUTLASS_DEVICE cute::TmaDescriptor* GroupMaps(Params const& p, int32_t group) {
-    return reinterpret_cast<cute::TmaDescriptor*>(p.tensormaps) + 2 * static_cast<int64_t>(group);
+  template <size_t... I>
+  static CUTLASS_DEVICE TensorMaps MapsAt(Params const& p, int32_t group, std::index_sequence<I...>) {
+    cute::TmaDescriptor* first = reinterpret_cast<cute::TmaDescriptor*>(p.tensormaps) + kMaps * int64_t{group};
+    return TensorMaps((first + I)...);
+  }
+  static CUTLASS_DEVICE TensorMaps MapsAt(Params const& p, int32_t group) {
+    return MapsAt(p, group, std::make_index_sequence<kMaps>{});
   }
 
   // Called by the kernel layer: no copy into shared memory, no per-SM slot.
   CUTLASS_DEVICE TensorMaps tensormaps_init(Params const& p, TensorMapStorage&, int32_t, int32_t) {
-    return TensorMaps(GroupMaps(p, 0), GroupMaps(p, 0) + 1);
+    return MapsAt(p, 0);
   }
   // The kernel layer passes its own (non-const) copy of the tuple returned above: pointing it at group next_batch's
   // descriptors is the whole update. (The loads already issued keep the descriptor address they were issued with.)
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE void tensormaps_perform_update(TensorMapStorage&, Params const& p, TensorMaps& maps,
                                                 ProblemShape_MNKL, int32_t next_batch) {
-    cute::get<0>(maps) = GroupMaps(p, next_batch);
-    cute::get<1>(maps) = GroupMaps(p, next_batch) + 1;
+    maps = MapsAt(p, next_batch);
   }
   CUTLASS_DEVICE void tensormaps_cp_fence_release(TensorMapStorage&, TensorMaps const&) {}
-  // Written by another kernel through the generic proxy (released there), read here by TMA: acquire.
-  CUTLASS_DEVICE void tensormaps_fence_acquire(TensorMaps const& maps) {
-    cute::tma_descriptor_fence_acquire(cute::get<0>(maps));
-    cute::tma_descriptor_fence_acquire(cute::get<1>(maps));
-  }
+  // tensormaps_fence_acquire: the base's (one acquire per descriptor: written by another kernel through the generic
+  // proxy and released there, read here by TMA).
 
-  // BuildGroupTensormapsKernel, one warp per group: CUTLASS's own update of the descriptors copied from the params
-  // into shared memory, then a copy-and-release into this group's slots.
+  // BuildGroupTensormapsKernel, one warp per group: the base's own update of the descriptors copied from the params
+  // into shared memory, then its copy-and-release, into this group's slots.
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE void BuildGroup(Params const& p, TensorMapStorage& smem, ProblemShape_MNKL shape, int32_t group) {
     Base::tensormaps_init(p, smem, /*sm_count=*/1, /*sm_idx=*/0);  // (its per-SM pointers are not used)
-    const auto unused = cute::make_tuple(GroupMaps(p, group), GroupMaps(p, group) + 1);
-    Base::tensormaps_perform_update(smem, p, unused, shape, group);
+    const TensorMaps slots = MapsAt(p, group);
+    Base::tensormaps_perform_update(smem, p, slots, shape, group);
     __syncwarp();
-    Base::tensormaps_cp_fence_release(smem, unused);
+    Base::tensormaps_cp_fence_release(smem, slots);
   }
 };
 

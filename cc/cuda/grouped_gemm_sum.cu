@@ -26,11 +26,16 @@ namespace cuda {
 namespace {
 
 // The dgrad kernel of GroupedGemm (A row-major, B column-major, no C) with the two-product producer.
-template <class TIn, class Config>
+// kPrebuiltMaps: the two products' four descriptors per group built before the GEMM (group_tensormaps.cuh) instead
+// of the mainloop's own per-SM copies rewritten on each group change (experiment builds: JAX_MOE_FFI_SUM_MAPS=prebuilt,
+// compiled, not yet measured). The epilogue (no C) takes prebuilt descriptors either way.
+template <class TIn, class Config, bool kPrebuiltMaps = false>
 struct GroupedGemmTwoProducts {
   using Plain = GroupedGemm<TIn, TIn, RowMajor, ColMajor, Config>;
   using CollectiveEpilogue = typename Plain::CollectiveEpilogue;
-  using CollectiveMainloop = TwoProductMainloop<typename Plain::BuilderMainloop>;  // (CUTLASS's, per-SM descriptors)
+  using PerSmMainloop = TwoProductMainloop<typename Plain::BuilderMainloop>;
+  using CollectiveMainloop =
+      std::conditional_t<kPrebuiltMaps, PrebuiltTensormapMainloop<PerSmMainloop>, PerSmMainloop>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop, CollectiveEpilogue>;
   using ConfigT = Config;
   static constexpr bool kWithAddend = false;
@@ -53,6 +58,10 @@ ffi::Error RunSum(cudaStream_t stream, const Workspace& ws, const GemmCall& c, c
     case Tiles::kCoopC1x1:
       return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 1>>>(stream, ws, c, dev);
     default:
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+      if (std::string(EnvOr("JAX_MOE_FFI_SUM_MAPS", "persm")) == "prebuilt")  // per call (A/B in one process)
+        return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 2>, true>>(stream, ws, c, dev);
+#endif
       return RunGroupedGemm<GroupedGemmTwoProducts<TIn, CoopConfig<1, 2>>>(stream, ws, c, dev);
   }
 #endif
