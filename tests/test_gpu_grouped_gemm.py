@@ -108,17 +108,18 @@ def test_random_shapes_empty_groups_sum_below_m(seed, dtype, out_f32):
         assert rel(dl, ragged_f32(dout, jnp.swapaxes(rhs, 1, 2), gs)) < 1e-2
 
 
-@pytest.mark.parametrize("g,n", [(300, 2048), (1000, 520), (257, 136)])
-def test_many_groups_each_with_its_own_descriptors(g, n):
-    """More groups than SMs, most of them a few rows long and a fifth empty: every persistent CTA moves to another
+@pytest.mark.parametrize("g,n,rows", [(300, 2048, 40), (1000, 520, 40), (257, 136, 40), (150, 2048, 160)])
+def test_many_groups_each_with_its_own_descriptors(g, n, rows):
+    """More groups than SMs, a fifth of them empty and the rest of uneven sizes: every persistent CTA moves to another
     group on nearly every tile, so each tile's loads and stores go through the per-group TMA descriptors that
     BuildGroupTensormapsKernel wrote before the GEMM (group_tensormaps.cuh). A wrong or missing descriptor puts a
-    tile's rows in another group's place or leaves them unwritten. Forward (N = 2048: the 1x2 kernel with 128x64
-    subtiles; 520 and 136: 1x1), dgrad, wgrad (ping-pong; empty groups zero) and the accumulate form (its epilogue
-    reads C through CUTLASS's per-SM descriptors, its mainloop through the prebuilt ones) against XLA in f32."""
+    tile's rows in another group's place or leaves them unwritten. Forward and dgrad (`rows` a group on average: 40
+    runs the 64-row ping-pong kernel, 160 the 128x256 1x2 kernel with 128x64 subtiles), wgrad (ping-pong; empty groups
+    zero) and the accumulate form (its epilogue reads C through CUTLASS's per-SM descriptors, its mainloop through the
+    prebuilt ones) against XLA in f32."""
     rng = np.random.default_rng(g)
     k = 264
-    m = 40 * g + 77
+    m = rows * g + 77
     w = rng.dirichlet(np.full(g, 0.7)) * (rng.random(g) > 0.2)
     gs = np.floor(w / w.sum() * (m - 77)).astype(np.int32)  # the last 77 rows (and the floors' rest) past the total
     total = int(gs.sum())
