@@ -42,12 +42,14 @@ struct PrebuiltTensormapMainloop : Base {
   using Params = typename Base::Params;
   using Arguments = typename Base::Arguments;
   using TensorMapStorage = typename Base::TensorMapStorage;
-  // The base's tuple of descriptor pointers (the kernel layer keeps one and passes it back).
-  using TensorMaps = decltype(std::declval<Base&>().tensormaps_init(std::declval<Params const&>(),
-                                                                    std::declval<TensorMapStorage&>(), 0, 0));
-  static constexpr int kMaps = cute::tuple_size<TensorMaps>::value;
-  static_assert(sizeof(TensorMapStorage) == kMaps * sizeof(cute::TmaDescriptor),
-                "prebuilt tensormaps: the base's shared-memory descriptors are its tuple's, in order");
+  // As many descriptors as the base keeps in shared memory (its TensorMapStorage holds just those, in the order of its
+  // tuple of pointers), and a tuple of that many pointers, as the base's tensormaps_init returns. (Not deduced from
+  // tensormaps_init: a device function's `auto` return type is not known in nvcc's host pass.)
+  static constexpr int kMaps = static_cast<int>(sizeof(TensorMapStorage) / sizeof(cute::TmaDescriptor));
+  static_assert(sizeof(TensorMapStorage) == kMaps * sizeof(cute::TmaDescriptor), "prebuilt tensormaps: storage");
+  template <size_t... I>
+  static auto PointerTuple(std::index_sequence<I...>) -> cute::tuple<std::enable_if_t<(I < kMaps), cute::TmaDescriptor*>...>;
+  using TensorMaps = decltype(PointerTuple(std::make_index_sequence<kMaps>{}));
   static constexpr bool kPrebuiltTensormaps = true;
   static_assert(Base::IsGroupedGemmKernel, "prebuilt tensormaps: grouped (per-group stride) kernels only");
 
