@@ -462,8 +462,9 @@ ffi::Error LaunchCutlassKernel(const typename Kernel::Arguments& args, void* wor
                       std::string("jax_moe_ffi: CUTLASS initialize_workspace failed: ") +
                           cutlassGetStatusString(st));
   }
-  // Builds the (placeholder) TMA descriptors on the host; the kernel patches address, extents and
-  // strides per group from the device arrays before its first load/store of a group.
+  // Builds the (placeholder) TMA descriptors on the host. Per group, address, extents and strides come from the
+  // device arrays: written into per-group descriptors before the GEMM (collectives with prebuilt descriptors,
+  // group_tensormaps.cuh), or patched by the kernel into its per-SM copies when a CTA reaches the group.
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
   if constexpr (kNeedsGroupTensormaps<Kernel>) {
     // Per-group descriptors into the workspace, from the arrays the setup kernel wrote (group_tensormaps.cuh).
