@@ -489,10 +489,10 @@ bool RunFp8Experiment(cudaStream_t stream, const Workspace& ws, const Fp8Call& c
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpiStagesConfig<32, 4>>>(
         stream, ws, c, dev);
   } else if (which == "wide128e64persm") {  // auto's K <= 2048 kernel with CUTLASS's per-SM descriptors
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64PerSmConfig>>(
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, PerSmMaps<Fp8CoopWideEpi64Config<true>>>>(
         stream, ws, c, dev);
   } else if (which == "wide64persm") {  // auto's K > 2048 kernel with CUTLASS's per-SM descriptors
-    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWidePerSmConfig>>(
+    *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, PerSmMaps<Fp8CoopWideConfig<1, 2>>>>(
         stream, ws, c, dev);
   } else if (which == "wide64e64") {  // auto's 64-column-slice wide kernel (K > 2048) with 128 x 64 subtiles
     *result = RunFp8GroupedGemm<GroupedGemmFp8Blockwise<ElementA, E4M3, BF16, Fp8CoopWideEpi64Config<false>>>(

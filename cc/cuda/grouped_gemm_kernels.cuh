@@ -154,7 +154,8 @@ struct CoopEpiConfig : CoopConfig<1, 2> {
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // Experiments (JAX_MOE_FFI_GEMM_TILES=e64s3 / e32s4): auto's plain 1x2 kernel with 128 x 64 subtiles and 3 store
-// stages, or 128 x 32 subtiles and 4 (the same 32 KB as 128 x 64 with 2). Not yet measured (prepared in session 22).
+// stages, or 128 x 32 subtiles and 4 (the same 32 KB as 128 x 64 with 2). Session 23 (tile_ab_stages_h200.md): no
+// consistent change against auto.
 template <int kEpiN, int kStagesD>
 struct CoopEpiStagesConfig : CoopConfig<1, 2> {
   using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
@@ -180,15 +181,11 @@ using EpilogueMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value && std:
                                            PrebuiltTensormapEpilogue<Epilogue>, Epilogue>;
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiments (JAX_MOE_FFI_GEMM_TILES=persm, JAX_MOE_FFI_WGRAD_TILES=persm): auto's plain 1x2 forward / dgrad kernel and
-// the wgrad's ping-pong 2x1 kernel with CUTLASS's per-SM descriptors, rewritten on each group change.
-struct CoopEpiPerSmConfig : CoopEpiConfig<64> {
+// Experiments (GEMM_TILES / WGRAD_TILES = persm, FP8_EXPERIMENT = wide128e64persm / wide64persm): a kernel with
+// CUTLASS's per-SM descriptors, rewritten on each group change, for A/B against the default.
+template <class Config>
+struct PerSmMaps : Config {
   static constexpr bool kPrebuiltTensormaps = false;
-  static constexpr const char* kName = "coop_128x256x64_c1x2_epi128x64_persm";
-};
-struct Pingpong128PerSmConfig : Pingpong128Config<2, 1> {
-  static constexpr bool kPrebuiltTensormaps = false;
-  static constexpr const char* kName = "pingpong_128x128x64_c2x1_persm";
 };
 #endif
 
@@ -319,26 +316,13 @@ struct Fp8CoopWideEpi64Config : Fp8CoopWideConfig<1, 2, false, kOneSlice> {
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64s3 / wide128e32s4): auto's one-slice wide kernel with 128 x 64
-// subtiles and 3 store stages, or 128 x 32 subtiles and 4. Not yet measured (prepared in session 22).
+// subtiles and 3 store stages, or 128 x 32 subtiles and 4. Session 23 (fp8_stages_h200.md): not faster than auto.
 template <int kEpiN, int kStagesD>
 struct Fp8CoopWideEpiStagesConfig : Fp8CoopWideConfig<1, 2, false, true> {
   using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
   static constexpr int kEpilogueStagesD = kStagesD;
   static constexpr const char* kName = kEpiN == 64 ? "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_s3"
                                                    : "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x32_s4";
-};
-#endif
-
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiments (JAX_MOE_FFI_FP8_EXPERIMENT=wide128e64persm / wide64persm): auto's wide kernels (K <= 2048: one slice,
-// 128 x 64 subtiles; K > 2048: 64-column slices, 128 x 32) with CUTLASS's per-SM descriptors.
-struct Fp8CoopWideEpi64PerSmConfig : Fp8CoopWideEpi64Config<true> {
-  static constexpr bool kPrebuiltTensormaps = false;
-  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced128_one_epi128x64_persm";
-};
-struct Fp8CoopWidePerSmConfig : Fp8CoopWideConfig<1, 2> {
-  static constexpr bool kPrebuiltTensormaps = false;
-  static constexpr const char* kName = "fp8_blockwise_coop_128x256x128_c1x2_sliced64_persm";
 };
 #endif
 

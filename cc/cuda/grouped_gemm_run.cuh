@@ -615,7 +615,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
       if (tiles == Tiles::kEpi32S4)
         return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiStagesConfig<32, 4>>>(stream, ws, c, dev);
       if (tiles == Tiles::kPerSmMaps)
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, CoopEpiPerSmConfig>>(stream, ws, c, dev);
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, RowMajor, LayoutB, PerSmMaps<CoopEpiConfig<64>>>>(stream, ws, c, dev);
     }
 #endif
   } else {
@@ -682,7 +682,7 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
                 stream, ws, c, dev);
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
           if (wt == WgradTiles::kPingpongPerSmMaps)
-            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128PerSmConfig>>(
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, PerSmMaps<Pingpong128Config<2, 1>>>>(
                 stream, ws, c, dev);
 #endif
         } else if (wt == WgradTiles::kPingpongC2x2) {
