@@ -5,7 +5,8 @@ every call (a shipped library reads it once), so one jitted call runs each choic
 alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
 Each output is compared bitwise with the first choice's: the tile choices differ in clusters, row splits and epilogue
 subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
-kernel beside the first on a side stream; `<tiles>` alone: serial). With `--passes wgrad` the variants set
+kernel beside the first on a side stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems
+in group order (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first). With `--passes wgrad` the variants set
 JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). Writes
 benchmarks/results/<out>.{json,md,png}.
 
@@ -66,7 +67,10 @@ def main(argv=None):
                             os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
                         else:
                             os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
-                        os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch or "serial"
+                        # suffix: stream | serial (a split's second kernel), groups | size (the wgrad's problem order)
+                        os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch if launch in ("stream", "serial") else "serial"
+                        if launch in ("groups", "size"):  # else as the caller's environment says
+                            os.environ["JAX_MOE_FFI_WGRAD_ORDER"] = launch
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want
                         bitwise = bool(np.array_equal(got, want))

@@ -238,17 +238,25 @@ def test_gpu_fp8_wgrad_benchmark_shapes_similarity(shape):
 
 
 @pytest.mark.gpu
-def test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise(tmp_path):
-    """The overlapped mainloop's two-sided path (per-column B scales, promoted from the stage before its release)
-    computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop. The mainloop is read once per
-    process (JAX_MOE_FFI_FP8_WGRAD_MAINLOOP), so the other one runs in a subprocess on the same quantised
-    operands. Scales spread over 2^-8 .. 2^8, so a scale applied to the wrong row, column or block would show."""
+@pytest.mark.parametrize("switch", ["mainloop", "order"])
+def test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise(tmp_path, switch):
+    """mainloop: the overlapped mainloop's two-sided path (per-column B scales, promoted from the stage before its
+    release) computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop. order: problems listed
+    largest group first (the default) or in group order (JAX_MOE_FFI_WGRAD_ORDER=groups) only change which CTA
+    computes a tile, so the outputs are bitwise equal; a group's scales, pointers or shape put in another group's
+    slot would not be. Both switches are read once per process, so the other choice runs in a subprocess on the
+    same quantised operands. Scales spread over 2^-8 .. 2^8, so a scale applied to the wrong row, column or block
+    would show."""
     import os
     import subprocess
     import sys
 
-    here = os.environ.get("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "overlap")
-    other = "overlap" if here == "cutlass" else "cutlass"
+    if switch == "mainloop":
+        here = os.environ.get("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "overlap")
+        env = dict(os.environ, JAX_MOE_FFI_FP8_WGRAD_MAINLOOP="overlap" if here == "cutlass" else "cutlass")
+    else:
+        here = os.environ.get("JAX_MOE_FFI_WGRAD_ORDER", "size")
+        env = dict(os.environ, JAX_MOE_FFI_WGRAD_ORDER="size" if here == "groups" else "groups")
     cases = [(0, 3000, 256, 384, 7, "e4m3"), (1, 1000, 128, 136, 3, "e5m2"), (2, 5000, 512, 256, 12, "e4m3")]
     mine = []
     for i, (seed, m, k, n, g, fmt) in enumerate(cases):
@@ -273,7 +281,6 @@ for i in range({len(cases)}):
     out = jax.jit(fp8._fp8_wgrad_call)(at, jnp.asarray(d["sat"]), bt, jnp.asarray(d["sbt"]), jnp.asarray(d["plan"]))
     np.save(r"{tmp_path}/out%d.npy" % i, np.asarray(out.view(jnp.uint16)))
 """
-    env = dict(os.environ, JAX_MOE_FFI_FP8_WGRAD_MAINLOOP=other)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=240)
     for i, case in enumerate(cases):
         theirs = np.load(tmp_path / f"out{i}.npy")

@@ -551,21 +551,24 @@ np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
 """
 
 
-@pytest.mark.parametrize("scale", ["0.5", "3"])
-def test_grid_scale_is_bitwise_the_default_grid(scale, tmp_path):
+@pytest.mark.parametrize("var,value", [("JAX_MOE_FFI_GEMM_GRID", "0.5"), ("JAX_MOE_FFI_GEMM_GRID", "3"),
+                                       ("JAX_MOE_FFI_WGRAD_ORDER", "groups")])
+def test_grid_scale_and_wgrad_order_are_bitwise_the_default(var, value, tmp_path):
     """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
     (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
     kernel, so forward, dgrad, wgrad and the pair launch are bitwise the default grid's, zero rows and the
-    empty group included. A tile skipped or computed twice would differ."""
+    empty group included. A tile skipped or computed twice would differ. JAX_MOE_FFI_WGRAD_ORDER=groups: the
+    wgrad's problems in group order instead of largest group first (the default) only move tiles between
+    CTAs, so again bitwise; a group's pointers or shape in another group's slot would not be."""
     import os
     import subprocess
     import sys
     outs = {}
-    for name, value in (("default", None), ("scaled", scale)):
+    for name, val in (("default", None), ("scaled", value)):
         env = dict(os.environ)
-        env.pop("JAX_MOE_FFI_GEMM_GRID", None)
-        if value is not None:
-            env["JAX_MOE_FFI_GEMM_GRID"] = value
+        env.pop(var, None)
+        if val is not None:
+            env[var] = val
         path = tmp_path / f"{name}.npz"
         run = subprocess.run([sys.executable, "-c", _GRID_SCRIPT, str(path)], env=env, capture_output=True,
                              text=True, timeout=120)

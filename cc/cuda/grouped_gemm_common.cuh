@@ -223,6 +223,47 @@ __device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_of
   return incl - v + warp_offsets[warp];
 }
 
+// Wgrad problem order. A wgrad tile's cost is about its group's rows (the contraction), and CUTLASS's persistent
+// grouped scheduler deals tiles to CTAs round-robin in problem order. Listed largest group first, every CTA ends at
+// most about one large tile after the others (longest-processing-time order); listed in group order, the last waves
+// can hold a large group's tiles on a few SMs while the rest idle. With Dirichlet(0.5) routed sizes (a largest
+// group ~6x the mean) a model of the qwen3-30b down wgrad puts the slowest CTA 13% above the mean in group order,
+// 5% in size order. Groups beyond kMaxOrderedGroups keep group order (the rank is O(G) a thread).
+constexpr int64_t kMaxOrderedGroups = 1024;
+
+// Position of group g when groups are listed by rows descending, ties by index (a permutation of 0..n-1).
+__device__ __forceinline__ int64_t SizeDescendingRank(const int32_t* rows, int64_t n, int64_t g) {
+  const int32_t own = rows[g];
+  int64_t rank = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t r = rows[j];
+    rank += (r > own) | (r == own && j < g);
+  }
+  return rank;
+}
+
+// JAX_MOE_FFI_WGRAD_ORDER = size (default) | groups: the wgrad's problem order (above). Read once; on every call in
+// an experiment build (-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON), so that one process can alternate the two.
+inline bool WgradProblemsBySize() {
+  auto read = [] {
+    const char* v = std::getenv("JAX_MOE_FFI_WGRAD_ORDER");
+    const std::string choice(v != nullptr ? v : "size");
+    static bool said = false;
+    if (choice != "size" && choice != "groups" && !said) {
+      said = true;
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_WGRAD_ORDER must be size|groups; unknown value ignored, "
+                           "using size\n");
+    }
+    return choice != "groups";
+  };
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  return read();
+#else
+  static const bool by_size = read();
+  return by_size;
+#endif
+}
+
 // Row splits (forward / dgrad, 128-row tiles): each group's rows shared between two kernels of one call.
 //
 // The cluster split. CUTLASS's grouped scheduler rounds every group's row tiles up to the cluster shape, so a 2x1

@@ -114,12 +114,29 @@ __global__ void __launch_bounds__(kSetupThreads)
     SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, RowPart part, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a, LaunchOperands<GemmDef> ops,
-                      Zero zero, int64_t vecs_per_unit, bool write_arrays) {
+                      Zero zero, int64_t vecs_per_unit, bool write_arrays, bool size_order) {
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
   __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
+  __shared__ int32_t group_rows[kMaxOrderedGroups];  // size_order: every group's rows, for SizeDescendingRank
   const bool writer = write_arrays && blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
+  // size_order (wgrad): problem slots by rows descending (WgradProblemsBySize); needs all rows first, one more scan.
+  const bool ordered = writer && size_order && num_groups <= kMaxOrderedGroups;  // uniform per block
+  if (ordered) {
+    int64_t prefix = 0;
+    for (int64_t base = 0; base < num_groups; base += kSetupThreads) {
+      const int64_t g = base + threadIdx.x;
+      const int32_t size = g < num_groups ? sizes[g] : 0;
+      const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
+      if (g < num_groups) {
+        const GroupRows r = SplitRows(clip_group(prefix + excl, size, m), part);
+        group_rows[g] = static_cast<int32_t>(r.end - r.begin);
+      }
+      prefix += chunk_total;
+      __syncthreads();
+    }
+  }
   int64_t row_tiles = 0;   // sum over groups of ceil(rows / 128)    (Pick only)
   int64_t padded_tiles = 0;  // groups with an odd number of them    (Pick only)
 
@@ -154,8 +171,9 @@ __global__ void __launch_bounds__(kSetupThreads)
       }
     }
     if (writer && g < num_groups) {
+      const int64_t slot = ordered ? SizeDescendingRank(group_rows, num_groups, g) : g;
       for (int c = 0; c < ops.copies; ++c) {
-        const int64_t p = c * num_groups + g;  // problem index
+        const int64_t p = c * num_groups + slot;  // problem index
         arr.stride_a[p] = StrideWithLd<typename Arr::StrideA>(ld_a);
         arr.stride_b[p] = StrideWithLd<typename Arr::StrideB>(ld_b);
         arr.stride_d[p] = StrideWithLd<typename Arr::StrideD>(ld_d);
@@ -324,6 +342,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
     blocks = blocks > max_blocks ? max_blocks : (blocks < 1 ? 1 : blocks);
     grid = dim3(static_cast<unsigned>(blocks), 1);
   }
+  const bool size_order = c.op == Op::kWgrad && WgradProblemsBySize();
   const auto* a = static_cast<const typename Arr::ElementA*>(c.a);
   LaunchOperands<GemmDef> ops;
   ops.copies = copies;
@@ -335,13 +354,13 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   if (SeparateZeroLaunch() && zero != Zero::kNone) {
     // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
     SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k, c.n,
-                                                              a, ops, Zero::kNone, 0, true);
+                                                              a, ops, Zero::kNone, 0, true, size_order);
     JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, ops, zero, vecs_per_unit, false);
+                                                                 c.n, a, ops, zero, vecs_per_unit, false, false);
   } else {
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, ops, zero, vecs_per_unit, true);
+                                                                 c.n, a, ops, zero, vecs_per_unit, true, size_order);
   }
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
 
