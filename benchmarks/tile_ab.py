@@ -42,7 +42,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     rows = []
     meta = _common.metadata(sys.argv if argv is None else ["benchmarks/tile_ab.py"] + argv)
-    meta["note"] = "JAX_MOE_FFI_GEMM_TILES per call (experiment build); variants alternate within one process"
+    meta["note"] = ("JAX_MOE_FFI_GEMM_TILES per call (experiment build); variants alternate within one process"
+                    if len(variants) > 1 else "one variant: the choices the environment made (a process per choice)")
     for case in shapes["grouped_gemm"]:
         if args.cases and not any(c in case["name"] for c in args.cases.split(",")):
             continue

@@ -226,9 +226,12 @@ __device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_of
 // Wgrad problem order. A wgrad tile's cost is about its group's rows (the contraction), and CUTLASS's persistent
 // grouped scheduler deals tiles to CTAs round-robin in problem order. Listed largest group first, every CTA ends at
 // most about one large tile after the others (longest-processing-time order); listed in group order, the last waves
-// can hold a large group's tiles on a few SMs while the rest idle. With Dirichlet(0.5) routed sizes (a largest
-// group ~6x the mean) a model of the qwen3-30b down wgrad puts the slowest CTA 13% above the mean in group order,
-// 5% in size order. Groups beyond kMaxOrderedGroups keep group order (the rank is O(G) a thread).
+// can hold a large group's tiles on a few SMs while the rest idle. A model (tile cost = fixed + k-tiles) predicted
+// the slowest CTA 10% above the mean in group order, 3% in size order, on the qwen3-30b down wgrad with Dirichlet(0.5)
+// sizes. Measured on the H200 (session 24, benchmarks/results/wgrad_order_h200.md, two rounds a process per order):
+// skewed deepseek-v3 gate_up / down +2.0% / +1.4%, qwen3-30b gate_up +1.7% (within noise), qwen3-30b down -0.4%,
+// even sizes unchanged (the same order): that wgrad's skew loss (0.85 of even) is not load imbalance.
+// Groups beyond kMaxOrderedGroups keep group order (the rank is O(G) a thread).
 constexpr int64_t kMaxOrderedGroups = 1024;
 
 // Position of group g when groups are listed by rows descending, ties by index (a permutation of 0..n-1).
