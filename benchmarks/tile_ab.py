@@ -6,7 +6,8 @@ alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph
 Each output is compared bitwise with the first choice's: the tile choices differ in clusters, row splits and epilogue
 subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
 kernel beside the first on a side stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems
-in group order (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first). With `--passes wgrad` the variants set
+in group order (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first); `<tiles>+n4` etc. the wgrad's
+tiles in another order (JAX_MOE_FFI_WGRAD_SCHEDULE, m1 .. n8). With `--passes wgrad` the variants set
 JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). Writes
 benchmarks/results/<out>.{json,md,png}.
 
@@ -24,6 +25,20 @@ import numpy as np
 
 import _common
 import jax_moe_ffi as jmf
+
+
+_SCHEDULES = [f"{d}{s}" for d in "mn" for s in (1, 2, 4, 8)]  # JAX_MOE_FFI_WGRAD_SCHEDULE values
+_CALLER_ENV = dict(os.environ)
+
+
+def _set_or_restore(var, value):
+    """Sets var to value, or back to what the caller's environment had (absent: unset) when value is None."""
+    if value is None:
+        value = _CALLER_ENV.get(var)
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
 
 
 def main(argv=None):
@@ -68,10 +83,11 @@ def main(argv=None):
                             os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
                         else:
                             os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
-                        # suffix: stream | serial (a split's second kernel), groups | size (the wgrad's problem order)
+                        # suffix: stream | serial (a split's second kernel), groups | size (the wgrad's problem
+                        # order), m1..n8 (the wgrad's tile order); without one, as the caller's environment says
                         os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch if launch in ("stream", "serial") else "serial"
-                        if launch in ("groups", "size"):  # else as the caller's environment says
-                            os.environ["JAX_MOE_FFI_WGRAD_ORDER"] = launch
+                        _set_or_restore("JAX_MOE_FFI_WGRAD_ORDER", launch if launch in ("groups", "size") else None)
+                        _set_or_restore("JAX_MOE_FFI_WGRAD_SCHEDULE", launch if launch in _SCHEDULES else None)
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want
                         bitwise = bool(np.array_equal(got, want))

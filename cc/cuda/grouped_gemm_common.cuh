@@ -223,6 +223,37 @@ __device__ __forceinline__ int64_t BlockExclusiveSum(int64_t v, int64_t* warp_of
   return incl - v + warp_offsets[warp];
 }
 
+// A two-way switch from the environment: true iff `name` is set to `other`. Any value but `fallback` or `other` is
+// said on stderr (once per variable) and read as `fallback` (no silent fallback).
+inline bool EnvSwitch(const char* name, const char* fallback, const char* other) {
+  const char* v = std::getenv(name);
+  const std::string choice(v != nullptr ? v : fallback);
+  if (choice != fallback && choice != other) {
+    static std::mutex mu;
+    static std::unordered_map<std::string, bool> said;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said[name]) {
+      said[name] = true;
+      std::fprintf(stderr, "jax_moe_ffi: %s must be %s|%s; unknown value ignored, using %s\n", name, fallback, other,
+                   fallback);
+    }
+  }
+  return choice == other;
+}
+
+// An A/B knob's value: read once in a shipped build; on every call in an experiment build
+// (-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON), so that one process can alternate the choices (with XLA's command buffers off).
+// Every call site passes its own lambda, so each knob has its own cached value.
+template <class Read>
+auto ReadOnceOrPerCall(Read read) {
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  return read();
+#else
+  static const auto value = read();
+  return value;
+#endif
+}
+
 // Wgrad problem order. A wgrad tile's cost is about its group's rows (the contraction), and CUTLASS's persistent
 // grouped scheduler deals tiles to CTAs round-robin in problem order. Listed largest group first, every CTA ends at
 // most about one large tile after the others (longest-processing-time order); listed in group order, the last waves
@@ -245,26 +276,37 @@ __device__ __forceinline__ int64_t SizeDescendingRank(const int32_t* rows, int64
   return rank;
 }
 
-// JAX_MOE_FFI_WGRAD_ORDER = size (default) | groups: the wgrad's problem order (above). Read once; on every call in
-// an experiment build (-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON), so that one process can alternate the two.
+// JAX_MOE_FFI_WGRAD_ORDER = size (default) | groups: the wgrad's problem order (above), an A/B knob.
 inline bool WgradProblemsBySize() {
-  auto read = [] {
-    const char* v = std::getenv("JAX_MOE_FFI_WGRAD_ORDER");
-    const std::string choice(v != nullptr ? v : "size");
-    static bool said = false;
-    if (choice != "size" && choice != "groups" && !said) {
-      said = true;
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_WGRAD_ORDER must be size|groups; unknown value ignored, "
-                           "using size\n");
+  return !ReadOnceOrPerCall([] { return EnvSwitch("JAX_MOE_FFI_WGRAD_ORDER", "size", "groups"); });
+}
+
+// JAX_MOE_FFI_WGRAD_SCHEDULE = m1 (default) | m2 | m4 | m8 | n1 | n2 | n4 | n8: the order in which CUTLASS's grouped
+// scheduler walks a wgrad group's [K, N] output tiles -- along M (K of the layer; CUTLASS's grouped default) or along
+// N, with a swizzle of 1-8 tiles. An A/B knob for the skewed wgrad: 132 concurrent tiles along M span every M tile
+// of a group, so a large group's A panel set (deepseek-v3 gate_up skewed: 5217 rows, 75 MB) cannot stay in the
+// 50 MB L2. Only the order changes (bitwise the default), but a swizzle rounds each group's tile grid up to a
+// multiple of swizzle x cluster in both dimensions, and the padded tiles are computed and discarded (qwen3-30b down:
+// K = 768 is 6 M tiles, 8 with m2 / m4). ReadOnceOrPerCall.
+struct WgradScheduleChoice {
+  bool along_n;
+  int swizzle;
+};
+inline WgradScheduleChoice WgradSchedule() {
+  return ReadOnceOrPerCall([] {
+    const char* v = std::getenv("JAX_MOE_FFI_WGRAD_SCHEDULE");
+    const std::string s(v != nullptr ? v : "m1");
+    if (s.size() == 2 && (s[0] == 'm' || s[0] == 'n') && (s[1] == '1' || s[1] == '2' || s[1] == '4' || s[1] == '8')) {
+      return WgradScheduleChoice{s[0] == 'n', s[1] - '0'};
     }
-    return choice != "groups";
-  };
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  return read();
-#else
-  static const bool by_size = read();
-  return by_size;
-#endif
+    static bool said = false;
+    if (!said) {
+      said = true;
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_WGRAD_SCHEDULE must be m1|m2|m4|m8|n1|n2|n4|n8; unknown value "
+                           "ignored, using m1\n");
+    }
+    return WgradScheduleChoice{false, 1};
+  });
 }
 
 // Row splits (forward / dgrad, 128-row tiles): each group's rows shared between two kernels of one call.
@@ -349,26 +391,9 @@ inline ffi::Error ForkJoin(cudaStream_t stream, const DeferredLaunch& first, con
 }
 
 // JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: whether a split call's second kernel runs after the first
-// on the caller's stream or beside it (ForkJoin). Read once; on every call in an experiment build
-// (-DJAX_MOE_FFI_FP8_EXPERIMENTS=ON), so that one process can alternate the two.
+// on the caller's stream or beside it (ForkJoin). An A/B knob (ReadOnceOrPerCall).
 inline bool SecondLaunchBeside() {
-  auto read = [] {
-    const char* v = std::getenv("JAX_MOE_FFI_SECOND_LAUNCH");
-    const std::string choice(v != nullptr ? v : "serial");
-    static bool said = false;
-    if (choice != "serial" && choice != "stream" && !said) {
-      said = true;
-      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_SECOND_LAUNCH must be serial|stream; unknown value ignored, "
-                           "using serial\n");
-    }
-    return choice == "stream";
-  };
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  return read();
-#else
-  static const bool beside = read();
-  return beside;
-#endif
+  return ReadOnceOrPerCall([] { return EnvSwitch("JAX_MOE_FFI_SECOND_LAUNCH", "serial", "stream"); });
 }
 
 // The two kernels of a split call, on the caller's stream one after the other (serial) or side by side (ForkJoin).

@@ -275,18 +275,6 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
-// A two-way switch from the environment: true iff `name` is set to `other`. Any value but `fallback` or `other`
-// is said on stderr and read as `fallback` (no silent fallback). Callers cache the answer (read once).
-bool EnvSwitch(const char* name, const char* fallback, const char* other) {
-  const char* v = std::getenv(name);
-  const std::string choice(v != nullptr ? v : fallback);
-  if (choice != fallback && choice != other) {
-    std::fprintf(stderr, "jax_moe_ffi: %s must be %s|%s; unknown value ignored, using %s\n", name, fallback, other,
-                 fallback);
-  }
-  return choice == other;
-}
-
 // JAX_MOE_FFI_FP8_TILES = auto (default) | large | small | wide | wide_c21 | wide_rs | wide_rs_c21 | wide_one_slice |
 // wide_one_slice_c21 | split | tail64, read once (tuning on the target machine). auto: small (ping-pong 64x128) for short
 // groups, else wide for E4M3 activations when N has an even number of 256-wide tiles (one slice per warp group and
@@ -781,6 +769,12 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
     ZeroEmptyWgradGroupsKernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c.g)), kZeroThreads, 0, stream>>>(
         static_cast<uint4*>(c.d), c.plan, c.g, c.p / kScaleBlock, vecs);
     JMF_CUDA_CHECK_LAUNCH("ZeroEmptyWgradGroupsKernel launch");
+  }
+  {  // the tile order (WgradSchedule, grouped_gemm_common.cuh): CUTLASS's along-M, unswizzled, unless asked
+    const WgradScheduleChoice schedule = WgradSchedule();
+    using Raster = decltype(args.scheduler.raster_order);
+    args.scheduler.raster_order = schedule.along_n ? Raster::AlongN : Raster::AlongM;
+    args.scheduler.max_swizzle_size = schedule.swizzle;
   }
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }

@@ -133,8 +133,12 @@ struct EpilogueFor<Config, EpiTile, ElementC, ElementOut, kAlignOut, Fusion,
   using Tile = decltype(cutlass::epilogue::collective::detail::sm90_compute_tile_shape_or_override<
                         ElementOut, EpiTile, Schedule, TileShape>());
   static constexpr int kSubtiles = cute::size(cute::shape_div(cute::take<0, 2>(TileShape{}), Tile{}));
+  // Fragment size as the builder computes it: a cooperative subtile is shared by two warp groups, a ping-pong one
+  // belongs to one.
+  static constexpr int kFragment =
+      cute::size(Tile{}) / (cutlass::epilogue::collective::detail::sm90_is_cooperative_v<Schedule> ? 256 : 128);
   using Policy = cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<
-      (kSubtiles < 4 ? kSubtiles : 4), Config::kEpilogueStagesD, cute::size(Tile{}) / 256, /*ReuseSmemC=*/false,
+      (kSubtiles < 4 ? kSubtiles : 4), Config::kEpilogueStagesD, kFragment, /*ReuseSmemC=*/false,
       /*DelayTmaStore=*/false, Schedule::NumEpilogueWarpGroups>;
   using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
       TileShape, Tile, float, float, ElementC, LayoutD*, kAlignOut, ElementOut, LayoutD*, kAlignOut, Fusion,
@@ -161,6 +165,21 @@ struct CoopEpiStagesConfig : CoopConfig<1, 2> {
   using EpilogueTile = cute::Shape<cute::_128, cute::Int<kEpiN>>;
   static constexpr int kEpilogueStagesD = kStagesD;
   static constexpr const char* kName = kEpiN == 64 ? "coop_128x256x64_c1x2_epi128x64_s3" : "coop_128x256x64_c1x2_epi128x32_s4";
+};
+
+// Experiments (JAX_MOE_FFI_WGRAD_TILES = s4 | e64x64 | e64x128): the wgrad's ping-pong 128x128 2x1 kernel with
+// CUTLASS's 64 x 32 output subtiles and 4 store stages in flight instead of 2, or 64 x 64 / 64 x 128 subtiles (4 / 2
+// a tile instead of 8) with 2 (a ping-pong epilogue subtile has 64 rows: CUTLASS's builder asserts it). On skewed groups the wgrad runs at 0.85 of even (session 24) and the order of its
+// problems is not why; the hypothesis: a short group's tile has one or two k-tiles, too short a mainloop for the
+// ping-pong partner to hide this tile's epilogue behind, so the epilogue's latency (a wait on every store
+// before its buffer is reused) sets the pace. Same accumulators, so bitwise the default.
+template <int kEpiM, int kEpiN, int kStagesD>
+struct PingpongEpiStagesConfig : Pingpong128Config<2, 1> {
+  using EpilogueTile = cute::Shape<cute::Int<kEpiM>, cute::Int<kEpiN>>;
+  static constexpr int kEpilogueStagesD = kStagesD;
+  static constexpr const char* kName = kEpiN == 32   ? "pingpong_128x128x64_c2x1_epi64x32_s4"
+                                       : kEpiN == 64 ? "pingpong_128x128x64_c2x1_epi64x64"
+                                                     : "pingpong_128x128x64_c2x1_epi64x128";
 };
 #endif
 

@@ -391,6 +391,12 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   }
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
+  if (c.op == Op::kWgrad) {  // the tile order (WgradSchedule): CUTLASS's along-M, unswizzled, unless asked
+    const WgradScheduleChoice schedule = WgradSchedule();
+    using Raster = decltype(args.scheduler.raster_order);
+    args.scheduler.raster_order = schedule.along_n ? Raster::AlongN : Raster::AlongM;
+    args.scheduler.max_swizzle_size = schedule.swizzle;
+  }
 
   if (defer != nullptr) {
     *defer = [args, workspace](cudaStream_t s) {
@@ -424,7 +430,10 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //   JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: a split's second kernel after the first on the caller's
 //                             stream, or beside it on a side stream (ForkJoin); read per call like GEMM_TILES
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only); experiment builds
-//                             also persm (the default with CUTLASS's per-SM TMA descriptors), per call
+//                             also persm (the default with CUTLASS's per-SM TMA descriptors), s4 | e64x64 | e64x128
+//                             (PingpongEpiStagesConfig: other epilogue subtiles / store stages), per call
+//   JAX_MOE_FFI_WGRAD_SCHEDULE = m1 (default) | m2 | m4 | m8 | n1 | n2 | n4 | n8: the wgrad's tile order
+//                             (WgradSchedule)
 const char* EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
@@ -509,12 +518,15 @@ Tiles ChooseTiles(const GemmCall& c) {
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
 
-enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps };
+enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128 };
 
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
   const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");  // per call (A/B in one process)
   if (choice == "persm") return WgradTiles::kPingpongPerSmMaps;
+  if (choice == "s4") return WgradTiles::kEpi64S4;
+  if (choice == "e64x64") return WgradTiles::kEpi64x64;
+  if (choice == "e64x128") return WgradTiles::kEpi64x128;
 #else
   static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
 #endif
@@ -702,6 +714,15 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
           if (wt == WgradTiles::kPingpongPerSmMaps)
             return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, PerSmMaps<Pingpong128Config<2, 1>>>>(
+                stream, ws, c, dev);
+          if (wt == WgradTiles::kEpi64S4)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, PingpongEpiStagesConfig<64, 32, 4>>>(
+                stream, ws, c, dev);
+          if (wt == WgradTiles::kEpi64x64)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, PingpongEpiStagesConfig<64, 64, 2>>>(
+                stream, ws, c, dev);
+          if (wt == WgradTiles::kEpi64x128)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, PingpongEpiStagesConfig<64, 128, 2>>>(
                 stream, ws, c, dev);
 #endif
         } else if (wt == WgradTiles::kPingpongC2x2) {
