@@ -169,10 +169,11 @@ struct CoopEpiStagesConfig : CoopConfig<1, 2> {
 
 // Experiments (JAX_MOE_FFI_WGRAD_TILES = s4 | e64x64 | e64x128): the wgrad's ping-pong 128x128 2x1 kernel with
 // CUTLASS's 64 x 32 output subtiles and 4 store stages in flight instead of 2, or 64 x 64 / 64 x 128 subtiles (4 / 2
-// a tile instead of 8) with 2 (a ping-pong epilogue subtile has 64 rows: CUTLASS's builder asserts it). On skewed groups the wgrad runs at 0.85 of even (session 24) and the order of its
-// problems is not why; the hypothesis: a short group's tile has one or two k-tiles, too short a mainloop for the
-// ping-pong partner to hide this tile's epilogue behind, so the epilogue's latency (a wait on every store
-// before its buffer is reused) sets the pace. Same accumulators, so bitwise the default.
+// a tile instead of 8) with 2 (a ping-pong epilogue subtile has 64 rows: CUTLASS's builder asserts it). On skewed
+// groups the wgrad runs at 0.85 of even (session 24) and the order of its problems is not why; the hypothesis: a
+// short group's tile has one or two k-tiles, too short a mainloop for the ping-pong partner to hide this tile's
+// epilogue behind, so the epilogue's latency (a wait on every store before its buffer is reused) sets the pace.
+// Same accumulators, so bitwise the default. Compiled (session 24), not yet measured.
 template <int kEpiM, int kEpiN, int kStagesD>
 struct PingpongEpiStagesConfig : Pingpong128Config<2, 1> {
   using EpilogueTile = cute::Shape<cute::Int<kEpiM>, cute::Int<kEpiN>>;
