@@ -239,15 +239,15 @@ def test_gpu_fp8_wgrad_benchmark_shapes_similarity(shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("switch", ["mainloop", "order", "schedule"])
-def test_gpu_fp8_wgrad_overlap_mainloop_matches_cutlass_bitwise(tmp_path, switch):
+def test_gpu_fp8_wgrad_switches_are_bitwise(tmp_path, switch):
     """mainloop: the overlapped mainloop's two-sided path (per-column B scales, promoted from the stage before its
     release) computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop. order: problems listed
     largest group first (the default) or in group order (JAX_MOE_FFI_WGRAD_ORDER=groups) only change which CTA
     computes a tile, so the outputs are bitwise equal; a group's scales, pointers or shape put in another group's
     slot would not be. schedule: tiles along N with a swizzle of 4 (JAX_MOE_FFI_WGRAD_SCHEDULE=n4; padded tiles where
     K or N is not a multiple of 4 tiles) are the same tiles in another order. The switches are read once per
-    process, so the other choice runs in a subprocess on the same quantised operands. Scales spread over 2^-8 .. 2^8, so a scale applied to the wrong row, column or block
-    would show."""
+    process, so the other choice runs in a subprocess on the same quantised operands. Scales spread over 2^-8 .. 2^8,
+    so a scale applied to the wrong row, column or block would show."""
     import os
     import subprocess
     import sys

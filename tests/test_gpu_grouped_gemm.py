@@ -554,7 +554,7 @@ np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
 @pytest.mark.parametrize("var,value", [("JAX_MOE_FFI_GEMM_GRID", "0.5"), ("JAX_MOE_FFI_GEMM_GRID", "3"),
                                        ("JAX_MOE_FFI_WGRAD_ORDER", "groups"), ("JAX_MOE_FFI_WGRAD_SCHEDULE", "n4"),
                                        ("JAX_MOE_FFI_WGRAD_SCHEDULE", "m2")])
-def test_grid_scale_and_wgrad_order_are_bitwise_the_default(var, value, tmp_path):
+def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
     (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
     kernel, so forward, dgrad, wgrad and the pair launch are bitwise the default grid's, zero rows and the

@@ -257,7 +257,7 @@ auto ReadOnceOrPerCall(Read read) {
 // Wgrad problem order. A wgrad tile's cost is about its group's rows (the contraction), and CUTLASS's persistent
 // grouped scheduler deals tiles to CTAs round-robin in problem order. Listed largest group first, every CTA ends at
 // most about one large tile after the others (longest-processing-time order); listed in group order, the last waves
-// can hold a large group's tiles on a few SMs while the rest idle. A model (tile cost = fixed + k-tiles) predicted
+// can hold a large group's tiles on a few SMs while the rest idle. A model (tools/wgrad_order_model.py) predicted
 // the slowest CTA 10% above the mean in group order, 3% in size order, on the qwen3-30b down wgrad with Dirichlet(0.5)
 // sizes. Measured on the H200 (session 24, benchmarks/results/wgrad_order_h200.md, two rounds a process per order):
 // skewed deepseek-v3 gate_up / down +2.0% / +1.4%, qwen3-30b gate_up +1.7% (within noise), qwen3-30b down -0.4%,
