@@ -8,7 +8,10 @@ subtiles only (the same k-order of wgmma steps per output element), so they must
 kernel beside the first on a side stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems
 in group order (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first); `<tiles>+n4` etc. the wgrad's
 tiles in another order (JAX_MOE_FFI_WGRAD_SCHEDULE, m1 .. n8). With `--passes wgrad` the variants set
-JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). Writes
+JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). `--passes sum` times the summed
+dgrad of a gate/up pair (dG . Wg^T + dU . Wu^T, one kernel; 2x the FLOPs of a dgrad) with variants `persm` /
+`prebuilt` (JAX_MOE_FFI_SUM_MAPS: the mainloop's TMA descriptors rewritten per SM on each group change, or built
+per group before the GEMM). Writes
 benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2
@@ -71,6 +74,10 @@ def main(argv=None):
             for pass_ in args.passes.split(","):
                 if pass_ == "fwd":  # out[M, N] = lhs . rhs[g]
                     fn, a = jax.jit(lambda x, w, s: jmf.grouped_matmul(x, w, s)), (lhs, rhs, sizes)
+                elif pass_ == "sum":  # dlhs[M, K] = dout . rhs[g]^T + dout2 . rhs2[g]^T, one kernel
+                    # the op's internal entry point: grouped_matmuls_shared_lhs's backward, without its wgrads
+                    fn = jax.jit(jmf.ops.grouped_gemm._sum_call)
+                    a = (dout, rhs, jnp.flip(dout, 0), jnp.flip(rhs, 2), sizes)
                 elif pass_ == "wgrad":  # drhs[g] = lhs[rows_g]^T . dout[rows_g] (variants set WGRAD_TILES)
                     fn, a = jax.jit(lambda x, d, s: jmf.grouped_matmul_wgrad(x, d, s)), (lhs, dout, sizes)
                 else:  # dgrad: dlhs[M, K] = dout . rhs[g]^T (rhs read as [N, K] column-major)
@@ -79,7 +86,9 @@ def main(argv=None):
                 for r in range(args.rounds):
                     for v in variants:
                         tiles, _, launch = v.partition("+")
-                        if pass_ == "wgrad":  # static / auto: the default wgrad tiles
+                        if pass_ == "sum":
+                            os.environ["JAX_MOE_FFI_SUM_MAPS"] = tiles if tiles in ("persm", "prebuilt") else "persm"
+                        elif pass_ == "wgrad":  # static / auto: the default wgrad tiles
                             os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
                         else:
                             os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
@@ -92,7 +101,7 @@ def main(argv=None):
                         want = got if want is None else want
                         bitwise = bool(np.array_equal(got, want))
                         ms = _common.time_ms(fn, *a)
-                        tf = 2.0 * m * k * n / ms / 1e9
+                        tf = (4.0 if pass_ == "sum" else 2.0) * m * k * n / ms / 1e9
                         rows.append({"case": case["name"], "impl": v, "pass": pass_, "groups": kind, "ms": ms,
                                      "tflops": tf, "round": r, "bitwise_first": bitwise,
                                      "M": m, "K": k, "N": n, "G": g})
@@ -101,6 +110,7 @@ def main(argv=None):
             os.environ.pop("JAX_MOE_FFI_GEMM_TILES", None)
             os.environ.pop("JAX_MOE_FFI_WGRAD_TILES", None)
             os.environ.pop("JAX_MOE_FFI_SECOND_LAUNCH", None)
+            os.environ.pop("JAX_MOE_FFI_SUM_MAPS", None)
             _common.write_results(args.out, meta, rows, "tflops", "bf16 grouped GEMM tile choices (TFLOP/s)")
 
 
