@@ -9,8 +9,8 @@ each after compiling / warming up, so that an `ncu` filter on CUTLASS kernel nam
   ncu ... --launch-skip 3 --launch-count 3 python3 tools/ncu_gemm_probe.py --case ... --torch
 
 --recipe blockwise runs the FP8 forward kernel alone (operands quantised before it, as the `ours_fp8` rows of
-benchmarks/grouped_gemm.py) and --fwd-only the bf16 forward alone: two warm-up calls then the profiled one, so
-`--launch-skip 2 --launch-count 1`. tools/ncu_sass_stalls.py sums the warp-stall samples of a report by SASS opcode.
+benchmarks/grouped_gemm.py), --fwd-only the bf16 forward alone and --wgrad-only the bf16 wgrad alone: two warm-up
+calls then the profiled one, so `--launch-skip 2 --launch-count 1`. tools/ncu_sass_stalls.py sums the warp-stall samples of a report by SASS opcode.
 
 (`tools/device_session.sh ncu` runs both for the two Qwen3 shapes; our JAX process is slow under ncu, see that
 step.) Timed numbers come from benchmarks/grouped_gemm.py, not from here: ncu serialises and replays kernels.
@@ -32,6 +32,7 @@ def main(argv=None):
     ap.add_argument("--torch", action="store_true", help="torch._grouped_mm instead of ours")
     ap.add_argument("--recipe", default="", choices=("", "blockwise"), help="the FP8 forward kernel alone")
     ap.add_argument("--fwd-only", action="store_true", help="the bf16 forward alone (3 calls)")
+    ap.add_argument("--wgrad-only", action="store_true", help="the bf16 wgrad alone (3 calls)")
     args = ap.parse_args(argv)
     shapes = _common.load_shapes()
     case = next(c for c in shapes["grouped_gemm"] if c["name"] == args.case)
@@ -61,8 +62,10 @@ def main(argv=None):
     dout = jax.random.normal(key[2], (m, n), jnp.bfloat16)
     gs = jnp.asarray(sizes)
     fwd = jax.jit(lambda x, w, s: jmf.grouped_matmul(x, w, s))
-    if args.recipe or args.fwd_only:
-        if args.recipe:
+    if args.recipe or args.fwd_only or args.wgrad_only:
+        if args.wgrad_only:
+            fn, fargs = jax.jit(lambda x, d, s: jmf.grouped_matmul_wgrad(x, d, s)), (x, dout, gs)
+        elif args.recipe:
             import grouped_gemm as bench  # benchmarks/grouped_gemm.py: the same call as its ours_fp8 rows
             fn, fargs = bench.fp8_kernel_only(x, w, gs)
         else:
