@@ -50,6 +50,7 @@ def variants(cfg):
             # the same model without jax.checkpoint on its layers: every residual is stacked by the scan
             "ours_exact_noremat": jmf.optimize(TS.make_loss(cfg, TS.moe_capacity_einsum, remat=False), mode="exact"),
             "ours_fp8": jmf.optimize(naive, mode="dropless", recipe="blockwise"),
+            "ours_fp8_save": jmf.optimize(naive, mode="dropless", recipe="blockwise", offload="device"),
             # the dropless anchor on XLA's ragged_dot: the same model around the MoE, so the kernels that
             # are not MoE kernels (attention, norms, copies, the scan's buffers) can be told apart
             "xla_ragged_dot": TS.make_loss(cfg, TS.moe_ragged(jax.lax.ragged_dot))}

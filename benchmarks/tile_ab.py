@@ -4,15 +4,15 @@ Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: there the hand
 every call (a shipped library reads it once), so one jitted call runs each choice in turn on the same operands,
 alternating over --rounds, with XLA's command buffers off (a replayed CUDA graph would keep the first choice).
 Each output is compared bitwise with the first choice's: the tile choices differ in clusters, row splits and epilogue
-subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream` runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second
-kernel beside the first on a side stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems
-in group order (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first); `<tiles>+n4` etc. the wgrad's
-tiles in another order (JAX_MOE_FFI_WGRAD_SCHEDULE, m1 .. n8). With `--passes wgrad` the variants set
-JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles). `--passes sum` times the summed
-dgrad of a gate/up pair (dG . Wg^T + dU . Wu^T, one kernel; 2x the FLOPs of a dgrad) with variants `persm` /
-`prebuilt` (JAX_MOE_FFI_SUM_MAPS: the mainloop's TMA descriptors rewritten per SM on each group change, or built
-per group before the GEMM). Writes
-benchmarks/results/<out>.{json,md,png}.
+subtiles only (the same k-order of wgmma steps per output element), so they must be equal. A variant `<tiles>+stream`
+runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second kernel beside the first on a side
+stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems in group order
+(JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first; `+mixed`: largest, smallest, second
+largest, ...); `<tiles>+n4` etc. the wgrad's tiles in another order (JAX_MOE_FFI_WGRAD_SCHEDULE, m1 .. n8). With
+`--passes wgrad` the variants set JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles).
+`--passes sum` times the summed dgrad of a gate/up pair (dG . Wg^T + dU . Wu^T, one kernel; 2x the FLOPs of a dgrad)
+with variants `persm` / `prebuilt` (JAX_MOE_FFI_SUM_MAPS: the mainloop's TMA descriptors rewritten per SM on each
+group change, or built per group before the GEMM). Writes benchmarks/results/<out>.{json,md,png}.
 
   XLA_FLAGS=--xla_gpu_enable_command_buffer= python benchmarks/tile_ab.py --variants static,split,pick --rounds 2
 """
@@ -92,10 +92,10 @@ def main(argv=None):
                             os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
                         else:
                             os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
-                        # suffix: stream | serial (a split's second kernel), groups | size (the wgrad's problem
+                        # suffix: stream | serial (a split's second kernel), groups | size | mixed (the wgrad's problem
                         # order), m1..n8 (the wgrad's tile order); without one, as the caller's environment says
                         os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch if launch in ("stream", "serial") else "serial"
-                        _set_or_restore("JAX_MOE_FFI_WGRAD_ORDER", launch if launch in ("groups", "size") else None)
+                        _set_or_restore("JAX_MOE_FFI_WGRAD_ORDER", launch if launch in ("groups", "size", "mixed") else None)
                         _set_or_restore("JAX_MOE_FFI_WGRAD_SCHEDULE", launch if launch in _SCHEDULES else None)
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want

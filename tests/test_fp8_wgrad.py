@@ -238,13 +238,13 @@ def test_gpu_fp8_wgrad_benchmark_shapes_similarity(shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("switch", ["mainloop", "order", "schedule"])
+@pytest.mark.parametrize("switch", ["mainloop", "order", "order_mixed", "schedule"])
 def test_gpu_fp8_wgrad_switches_are_bitwise(tmp_path, switch):
     """mainloop: the overlapped mainloop's two-sided path (per-column B scales, promoted from the stage before its
     release) computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop. order: problems listed
-    largest group first (the default) or in group order (JAX_MOE_FFI_WGRAD_ORDER=groups) only change which CTA
-    computes a tile, so the outputs are bitwise equal; a group's scales, pointers or shape put in another group's
-    slot would not be. schedule: tiles along N with a swizzle of 4 (JAX_MOE_FFI_WGRAD_SCHEDULE=n4; padded tiles where
+    largest group first (the default), in group order or largest / smallest interleaved
+    (JAX_MOE_FFI_WGRAD_ORDER=groups / mixed) only change which CTA computes a tile, so the outputs are bitwise
+    equal; a group's scales, pointers or shape put in another group's slot would not be. schedule: tiles along N with a swizzle of 4 (JAX_MOE_FFI_WGRAD_SCHEDULE=n4; padded tiles where
     K or N is not a multiple of 4 tiles) are the same tiles in another order. The switches are read once per
     process, so the other choice runs in a subprocess on the same quantised operands. Scales spread over 2^-8 .. 2^8,
     so a scale applied to the wrong row, column or block would show."""
@@ -255,9 +255,10 @@ def test_gpu_fp8_wgrad_switches_are_bitwise(tmp_path, switch):
     if switch == "mainloop":
         here = os.environ.get("JAX_MOE_FFI_FP8_WGRAD_MAINLOOP", "overlap")
         env = dict(os.environ, JAX_MOE_FFI_FP8_WGRAD_MAINLOOP="overlap" if here == "cutlass" else "cutlass")
-    elif switch == "order":
+    elif switch.startswith("order"):
+        other = "mixed" if switch == "order_mixed" else "groups"
         here = os.environ.get("JAX_MOE_FFI_WGRAD_ORDER", "size")
-        env = dict(os.environ, JAX_MOE_FFI_WGRAD_ORDER="size" if here == "groups" else "groups")
+        env = dict(os.environ, JAX_MOE_FFI_WGRAD_ORDER="size" if here == other else other)
     else:
         here = os.environ.get("JAX_MOE_FFI_WGRAD_SCHEDULE", "m1")
         env = dict(os.environ, JAX_MOE_FFI_WGRAD_SCHEDULE="m1" if here == "n4" else "n4")

@@ -552,15 +552,17 @@ np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
 
 
 @pytest.mark.parametrize("var,value", [("JAX_MOE_FFI_GEMM_GRID", "0.5"), ("JAX_MOE_FFI_GEMM_GRID", "3"),
-                                       ("JAX_MOE_FFI_WGRAD_ORDER", "groups"), ("JAX_MOE_FFI_WGRAD_SCHEDULE", "n4"),
+                                       ("JAX_MOE_FFI_WGRAD_ORDER", "groups"), ("JAX_MOE_FFI_WGRAD_ORDER", "mixed"),
+                                       ("JAX_MOE_FFI_WGRAD_SCHEDULE", "n4"),
                                        ("JAX_MOE_FFI_WGRAD_SCHEDULE", "m2")])
 def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
     (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
     kernel, so forward, dgrad, wgrad and the pair launch are bitwise the default grid's, zero rows and the
-    empty group included. A tile skipped or computed twice would differ. JAX_MOE_FFI_WGRAD_ORDER=groups: the
-    wgrad's problems in group order instead of largest group first (the default) only move tiles between
-    CTAs, so again bitwise; a group's pointers or shape in another group's slot would not be.
+    empty group included. A tile skipped or computed twice would differ. JAX_MOE_FFI_WGRAD_ORDER=groups / mixed: the
+    wgrad's problems in group order, or largest / smallest interleaved, instead of largest group first (the
+    default) only move tiles between CTAs, so again bitwise; a group's pointers or shape in another group's slot
+    would not be.
     JAX_MOE_FFI_WGRAD_SCHEDULE (tiles along N, or swizzled): the same tiles in another order; K = 520 and N = 776
     are 5 and 7 tiles, so the swizzle's rounding adds padded tiles, which must write nothing."""
     import os

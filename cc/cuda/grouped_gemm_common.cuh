@@ -276,9 +276,39 @@ __device__ __forceinline__ int64_t SizeDescendingRank(const int32_t* rows, int64
   return rank;
 }
 
-// JAX_MOE_FFI_WGRAD_ORDER = size (default) | groups: the wgrad's problem order (above), an A/B knob.
-inline bool WgradProblemsBySize() {
-  return !ReadOnceOrPerCall([] { return EnvSwitch("JAX_MOE_FFI_WGRAD_ORDER", "size", "groups"); });
+// The wgrad's problem order (JAX_MOE_FFI_WGRAD_ORDER, below).
+enum class WgradOrder : int { kGroups = 0, kSize = 1, kMixed = 2 };
+
+// Problem slot of group g: its group index, its SizeDescendingRank, or (kMixed) the ranks interleaved from both ends
+// -- largest, smallest, second largest, second smallest, ... (a permutation of 0..n-1). Why kMixed: the ncu profile
+// of the skewed qwen3-30b down wgrad (session 25) shows its consumer warpgroups waiting longer on each other's turns
+// than with even sizes; half its groups have < 260 rows, whose 128 x 128 tiles are one to four k-tiles long, so each
+// tile's epilogue (32 KB of output) outlasts the other warpgroup's mainloop. Largest first puts all of those tiles at
+// the end, where every SM writes at once; interleaved, they run beside large groups' compute-bound tiles.
+__device__ __forceinline__ int64_t WgradProblemSlot(WgradOrder order, const int32_t* rows, int64_t n, int64_t g) {
+  if (order == WgradOrder::kGroups) return g;
+  const int64_t rank = SizeDescendingRank(rows, n, g);
+  if (order == WgradOrder::kSize) return rank;
+  const int64_t half = (n + 1) / 2;
+  return rank < half ? 2 * rank : 2 * (n - 1 - rank) + 1;
+}
+
+// JAX_MOE_FFI_WGRAD_ORDER = size (default) | groups | mixed: the wgrad's problem order (above), an A/B knob.
+inline WgradOrder WgradProblemOrder() {
+  return ReadOnceOrPerCall([] {
+    const char* v = std::getenv("JAX_MOE_FFI_WGRAD_ORDER");
+    const std::string s(v != nullptr ? v : "size");
+    if (s == "size") return WgradOrder::kSize;
+    if (s == "groups") return WgradOrder::kGroups;
+    if (s == "mixed") return WgradOrder::kMixed;
+    static bool said = false;
+    if (!said) {
+      said = true;
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_WGRAD_ORDER must be size|groups|mixed; unknown value ignored, "
+                           "using size\n");
+    }
+    return WgradOrder::kSize;
+  });
 }
 
 // JAX_MOE_FFI_WGRAD_SCHEDULE = m1 (default) | m2 | m4 | m8 | n1 | n2 | n4 | n8: the order in which CUTLASS's grouped

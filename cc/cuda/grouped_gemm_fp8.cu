@@ -682,16 +682,16 @@ __global__ void __launch_bounds__(kSetupThreads)
     Fp8WgradSetupKernel(Fp8GroupArrays<GemmDef> arr, const int32_t* __restrict__ plan, int64_t num_groups,
                         int64_t k, int64_t n, int64_t p, const typename Fp8GroupArrays<GemmDef>::ElementA* a,
                         const typename Fp8GroupArrays<GemmDef>::ElementB* b, const float* a_scale,
-                        const float* b_scale, typename Fp8GroupArrays<GemmDef>::ElementD* d, bool size_order) {
+                        const float* b_scale, typename Fp8GroupArrays<GemmDef>::ElementD* d, WgradOrder order) {
   using Arr = Fp8GroupArrays<GemmDef>;
-  __shared__ int32_t group_blocks[kMaxOrderedGroups];  // size_order: every group's blocks, for SizeDescendingRank
+  __shared__ int32_t group_blocks[kMaxOrderedGroups];  // ordered: every group's blocks, for WgradProblemSlot
   const int32_t* block_off = plan + num_groups + 1;
   const int64_t p_blocks = p / kScaleBlock;
   // Offsets clamped to [0, P/128] and made non-decreasing: a plan that did not come from quantize_groups_t
   // cannot make the kernel read outside the operands (quantize_groups_t's plans are unchanged by this).
   auto clamp_block = [p_blocks](int64_t v, int64_t lo) { return v < lo ? lo : (v > p_blocks ? p_blocks : v); };
-  // Problem slots largest group first (WgradProblemsBySize, grouped_gemm_common.cuh).
-  const bool ordered = size_order && num_groups <= kMaxOrderedGroups;
+  // Problem slots by size (WgradProblemOrder, grouped_gemm_common.cuh).
+  const bool ordered = order != WgradOrder::kGroups && num_groups <= kMaxOrderedGroups;
   if (ordered) {
     for (int64_t g = threadIdx.x; g < num_groups; g += blockDim.x) {
       const int64_t b0 = clamp_block(block_off[g], 0);
@@ -702,7 +702,7 @@ __global__ void __launch_bounds__(kSetupThreads)
   for (int64_t g = threadIdx.x; g < num_groups; g += blockDim.x) {
     const int64_t b0 = clamp_block(block_off[g], 0), blocks = clamp_block(block_off[g + 1], b0) - b0;
     const int64_t tokens = blocks * kScaleBlock;
-    const int64_t s = ordered ? SizeDescendingRank(group_blocks, num_groups, g) : g;  // problem slot
+    const int64_t s = ordered ? WgradProblemSlot(order, group_blocks, num_groups, g) : g;  // problem slot
     arr.shapes[s] = blocks > 0 ? typename Arr::Shape(static_cast<int>(k), static_cast<int>(n), static_cast<int>(tokens))
                                : typename Arr::Shape(0, 0, 0);
     arr.ptr_a[s] = a + b0 * kScaleBlock;
@@ -760,7 +760,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   Fp8WgradSetupKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.plan, c.g, c.k, c.n, c.p, static_cast<const typename Arr::ElementA*>(c.a),
       static_cast<const typename Arr::ElementB*>(c.b), c.a_scale, c.b_scale, static_cast<typename Arr::ElementD*>(c.d),
-      WgradProblemsBySize());
+      WgradProblemOrder());
   JMF_CUDA_CHECK_LAUNCH("Fp8WgradSetupKernel launch");
   {
     const int64_t vecs = c.k * c.n * 2 / 16;  // bf16, N % 8 == 0

@@ -114,15 +114,15 @@ __global__ void __launch_bounds__(kSetupThreads)
     SetupGroupsKernel(GroupArrays<GemmDef> arr, Op op, Pick pick, RowPart part, const int32_t* __restrict__ sizes,
                       int64_t num_groups, int64_t m, int64_t k, int64_t n,
                       const typename GroupArrays<GemmDef>::ElementA* a, LaunchOperands<GemmDef> ops,
-                      Zero zero, int64_t vecs_per_unit, bool write_arrays, bool size_order) {
+                      Zero zero, int64_t vecs_per_unit, bool write_arrays, WgradOrder order) {
   using Arr = GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
   __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
-  __shared__ int32_t group_rows[kMaxOrderedGroups];  // size_order: every group's rows, for SizeDescendingRank
+  __shared__ int32_t group_rows[kMaxOrderedGroups];  // ordered: every group's rows, for WgradProblemSlot
   const bool writer = write_arrays && blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
-  // size_order (wgrad): problem slots by rows descending (WgradProblemsBySize); needs all rows first, one more scan.
-  const bool ordered = writer && size_order && num_groups <= kMaxOrderedGroups;  // uniform per block
+  // ordered (wgrad): problem slots by rows (WgradProblemOrder); needs all rows first, one more scan.
+  const bool ordered = writer && order != WgradOrder::kGroups && num_groups <= kMaxOrderedGroups;  // uniform per block
   if (ordered) {
     int64_t prefix = 0;
     for (int64_t base = 0; base < num_groups; base += kSetupThreads) {
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kSetupThreads)
       }
     }
     if (writer && g < num_groups) {
-      const int64_t slot = ordered ? SizeDescendingRank(group_rows, num_groups, g) : g;
+      const int64_t slot = ordered ? WgradProblemSlot(order, group_rows, num_groups, g) : g;
       for (int c = 0; c < ops.copies; ++c) {
         const int64_t p = c * num_groups + slot;  // problem index
         arr.stride_a[p] = StrideWithLd<typename Arr::StrideA>(ld_a);
@@ -342,7 +342,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
     blocks = blocks > max_blocks ? max_blocks : (blocks < 1 ? 1 : blocks);
     grid = dim3(static_cast<unsigned>(blocks), 1);
   }
-  const bool size_order = c.op == Op::kWgrad && WgradProblemsBySize();
+  const WgradOrder order = c.op == Op::kWgrad ? WgradProblemOrder() : WgradOrder::kGroups;
   const auto* a = static_cast<const typename Arr::ElementA*>(c.a);
   LaunchOperands<GemmDef> ops;
   ops.copies = copies;
@@ -354,13 +354,13 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   if (SeparateZeroLaunch() && zero != Zero::kNone) {
     // A/B only (JAX_MOE_FFI_SETUP_ZERO=separate): the arrays, then the zeros, in two launches as before.
     SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k, c.n,
-                                                              a, ops, Zero::kNone, 0, true, size_order);
+                                                              a, ops, Zero::kNone, 0, true, order);
     JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, ops, zero, vecs_per_unit, false, false);
+                                                                 c.n, a, ops, zero, vecs_per_unit, false, WgradOrder::kGroups);
   } else {
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, ops, zero, vecs_per_unit, true, size_order);
+                                                                 c.n, a, ops, zero, vecs_per_unit, true, order);
   }
   JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
 
