@@ -184,6 +184,18 @@ struct PingpongEpiStagesConfig : Pingpong128Config<2, 1> {
 };
 #endif
 
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// Experiment (JAX_MOE_FFI_WGRAD_TILES=k32): the wgrad's ping-pong 128x128 2x1 kernel with 32-deep k-tiles. The wgrad
+// contracts over each group's rows, and the last k-tile of every group is zero-padded to the k-tile: ncu on the skewed
+// qwen3-30b down wgrad (session 25) counted 8.5% more wgmma steps than with even sizes for the same FLOPs (half its
+// groups have < 260 rows). 32-deep tiles halve that padding, for twice the pipeline barriers per FLOP. The same
+// 16-deep wgmma steps in the same order over the same rows, the padded ones multiplying zeros: bitwise the default.
+struct Pingpong128K32Config : Pingpong128Config<2, 1> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_32>;
+  static constexpr const char* kName = "pingpong_128x128x32_c2x1";
+};
+#endif
+
 // Per-group TMA descriptors built before the GEMM (group_tensormaps.cuh) instead of CUTLASS's per-SM descriptors
 // rewritten on every group change: every kernel here, unless its Config sets kPrebuiltTensormaps = false (the
 // experiment build's per-SM variants, for A/B). Epilogues that read C (the accumulate form) keep CUTLASS's; their
