@@ -24,6 +24,7 @@
 #include "cuda/fp8_overlap_mainloop.cuh"
 #include "cuda/fp8_wide_tile_mainloop.cuh"
 #include "cuda/group_tensormaps.cuh"
+#include "cuda/trimmed_tail_mainloop.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -194,6 +195,13 @@ struct Pingpong128K32Config : Pingpong128Config<2, 1> {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_32>;
   static constexpr const char* kName = "pingpong_128x128x32_c2x1";
 };
+
+// Experiment (JAX_MOE_FFI_WGRAD_TILES=trim): the default wgrad kernel whose consumer issues only the 16-deep wgmma
+// steps a group's last k-tile needs (TrimmedTailMainloop, trimmed_tail_mainloop.cuh). Bitwise the default.
+struct Pingpong128TrimConfig : Pingpong128Config<2, 1> {
+  static constexpr bool kTrimTail = true;
+  static constexpr const char* kName = "pingpong_128x128x64_c2x1_trim";
+};
 #endif
 
 // Per-group TMA descriptors built before the GEMM (group_tensormaps.cuh) instead of CUTLASS's per-SM descriptors
@@ -208,6 +216,16 @@ struct PrebuiltMapsOf<Config, std::void_t<decltype(Config::kPrebuiltTensormaps)>
     : std::bool_constant<Config::kPrebuiltTensormaps> {};
 template <class Config, class Mainloop>
 using MainloopMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value, PrebuiltTensormapMainloop<Mainloop>, Mainloop>;
+// A Config with kTrimTail (experiment builds): the mainloop wrapped in TrimmedTailMainloop, and its mailbox's shared
+// memory (2 ints a stage, one 128-byte line) left out of the stage count.
+template <class Config, class = void>
+struct TrimTailOf : std::false_type {};
+template <class Config>
+struct TrimTailOf<Config, std::void_t<decltype(Config::kTrimTail)>> : std::bool_constant<Config::kTrimTail> {};
+template <class Config, class Mainloop>
+using MainloopTrimFor = std::conditional_t<TrimTailOf<Config>::value, TrimmedTailMainloop<Mainloop>, Mainloop>;
+constexpr int kTrimTailSmemBytes = 256;
+
 template <class Config, class Epilogue>
 using EpilogueMapsFor = std::conditional_t<PrebuiltMapsOf<Config>::value && std::is_void_v<typename Epilogue::ElementC>,
                                            PrebuiltTensormapEpilogue<Epilogue>, Epilogue>;
@@ -260,14 +278,18 @@ struct GroupedGemm {
       ElementAcc,
       typename Config::TileShape, typename Config::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) +
+          (TrimTailOf<Config>::value ? kTrimTailSmemBytes : 0)>,
       typename Config::KernelSchedule>::CollectiveOp;
-  using CollectiveMainloop = MainloopMapsFor<Config, BuilderMainloop>;
+  using CollectiveMainloop = MainloopTrimFor<Config, MainloopMapsFor<Config, BuilderMainloop>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<GroupShape, CollectiveMainloop,
                                                       CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using ConfigT = Config;
+  static_assert(!TrimTailOf<Config>::value ||
+                    sizeof(typename Kernel::SharedStorage) <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
+                "trimmed-tail kernel: shared memory over the SM90 limit (raise kTrimTailSmemBytes)");
 };
 
 

@@ -432,7 +432,8 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only); experiment builds
 //                             also persm (the default with CUTLASS's per-SM TMA descriptors), s4 | e64x64 | e64x128
 //                             (PingpongEpiStagesConfig: other epilogue subtiles / store stages), k32 (32-deep
-//                             k-tiles: Pingpong128K32Config), per call
+//                             k-tiles: Pingpong128K32Config), trim (the last k-tile's zero steps skipped:
+//                             Pingpong128TrimConfig), per call
 //   JAX_MOE_FFI_WGRAD_SCHEDULE = m1 (default) | m2 | m4 | m8 | n1 | n2 | n4 | n8: the wgrad's tile order
 //                             (WgradSchedule)
 const char* EnvOr(const char* name, const char* fallback) {
@@ -519,7 +520,7 @@ Tiles ChooseTiles(const GemmCall& c) {
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
 
-enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32 };
+enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32, kTrim };
 
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
@@ -529,6 +530,7 @@ WgradTiles ChooseWgradTiles() {
   if (choice == "e64x64") return WgradTiles::kEpi64x64;
   if (choice == "e64x128") return WgradTiles::kEpi64x128;
   if (choice == "k32") return WgradTiles::kK32;
+  if (choice == "trim") return WgradTiles::kTrim;
 #else
   static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
 #endif
@@ -728,6 +730,8 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
                 stream, ws, c, dev);
           if (wt == WgradTiles::kK32)
             return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128K32Config>>(stream, ws, c, dev);
+          if (wt == WgradTiles::kTrim)
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128TrimConfig>>(stream, ws, c, dev);
 #endif
         } else if (wt == WgradTiles::kPingpongC2x2) {
           SayOnce(&said_ab_dtype, "JAX_MOE_FFI_WGRAD_TILES=c2x2 is compiled for bf16 -> bf16 only; "
