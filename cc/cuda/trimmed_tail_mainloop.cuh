@@ -1,5 +1,7 @@
 // Wgrad mainloop that skips the zero-padded wgmma steps of a group's last k-tile (experiment builds only:
-// JAX_MOE_FFI_WGRAD_TILES=trim; compiled in session 25, not yet run on a GPU).
+// JAX_MOE_FFI_WGRAD_TILES=trim). Session 25: the first version (steps tested inside the loop) was bitwise the default
+// on every benchmark shape but 0.75-0.88x its speed (wgrad_trim_ab_h200.md); this one, with the last k-tile peeled
+// off the loop, is compiled and not yet measured.
 //
 // Why: the wgrad contracts over each group's rows, in 64-row k-tiles, and the last k-tile of a group holds
 // rows % 64 real rows (TMA fills the rest with zeros). The tensor cores still run all four 16-deep wgmma steps of
@@ -64,8 +66,11 @@ struct TrimmedTailMainloop : Base {
                thread_idx, block_rank_in_cluster, static_cast<typename Base::TensorStorage&>(shared_tensors));
   }
 
-  // Consumer: CUTLASS's loop (one k-tile of wgmmas in flight, each stage released one k-tile later), with the last
-  // k-tile's wgmma steps limited to the mailbox's count.
+  // Consumer: CUTLASS's loop (one k-tile of wgmmas in flight, each stage released one k-tile later) with the last
+  // k-tile peeled off and its wgmma steps limited to the mailbox's count. The full k-tiles issue exactly CUTLASS's
+  // unconditional wgmma sequence: a first version that tested every step against the count inside the loop ran
+  // 0.75-0.88x of the default on every shape, even ones with nothing to trim (session 25, call 6: ptxas injected
+  // wgmma fences around the conditional steps), so the conditional steps are confined to the peeled k-tile.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
                           int thread_idx, TensorStorage& shared_tensors, Params const&) {
@@ -80,41 +85,75 @@ struct TrimmedTailMainloop : Base {
     auto thread_mma = tiled_mma.get_slice(wg_layout(wg_idx));
     Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
     Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
-    constexpr int kBlocks = size<2>(decltype(tCrA){});
+    if (k_tile_count <= 0) return;
 
     PipelineState smem_pipe_release = smem_pipe_read;
     const int slot = MailboxSlot(smem_pipe_read.index(), smem_pipe_read.phase());
-    int last_blocks = kBlocks;
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
-    for (int remaining = k_tile_count; remaining > 0; --remaining) {
+    // First k-tile (the prologue): full unless it is also the last.
+    pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+    const int last_blocks = shared_tensors.last_k_blocks[slot];  // after the first wait
+    warpgroup_arrive();
+    IssueSteps(tiled_mma, tCrA, tCrB, smem_pipe_read.index(), accum, k_tile_count == 1 ? last_blocks : kFullSteps);
+    warpgroup_commit_batch();
+    ++smem_pipe_read;
+    warpgroup_fence_operand(accum);
+    // Middle k-tiles: CUTLASS's loop body.
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int middle = k_tile_count - 2; middle > 0; --middle) {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
-      if (remaining == k_tile_count) last_blocks = shared_tensors.last_k_blocks[slot];  // after the first wait
       const int read_stage = smem_pipe_read.index();
-      const int blocks = remaining == 1 ? last_blocks : kBlocks;  // uniform across the warp group
       warpgroup_fence_operand(accum);
       warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < kBlocks; ++k_block) {
-        if (k_block < blocks) {
-          cute::gemm(tiled_mma, tCrA(_, _, k_block, read_stage), tCrB(_, _, k_block, read_stage), accum);
-          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-        }
-      }
+      cute::gemm(tiled_mma, tCrA(_, _, _, read_stage), tCrB(_, _, _, read_stage), accum);
       warpgroup_commit_batch();
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(accum);
+      pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_read;
-      if (remaining != k_tile_count) {  // the k-tile before this one is done: release its stage
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(accum);
-        pipeline.consumer_release(smem_pipe_release);
-        ++smem_pipe_release;
-      }
+      ++smem_pipe_release;
+    }
+    // Last k-tile (when it is not the first): the mailbox's steps.
+    if (k_tile_count > 1) {
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      warpgroup_fence_operand(accum);
+      warpgroup_arrive();
+      IssueSteps(tiled_mma, tCrA, tCrB, smem_pipe_read.index(), accum, last_blocks);
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(accum);
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_read;
+      ++smem_pipe_release;
     }
     warpgroup_fence_operand(accum);
   }
 
  private:
+  static constexpr int kFullSteps = kTileK / 16;  // 16-deep bf16 wgmma steps in a k-tile
+
   static CUTLASS_DEVICE int MailboxSlot(int stage, int phase) { return stage + kStages * (phase & 1); }
+
+  // The first n (1 .. kFullSteps) wgmma steps of a stage's k-tile, each branch a fixed unrolled sequence.
+  template <int kSteps, class Mma, class TA, class TB, class Acc>
+  static CUTLASS_DEVICE void IssueFirst(Mma& tiled_mma, TA const& tCrA, TB const& tCrB, int stage, Acc& accum) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int k_block = 0; k_block < kSteps; ++k_block) {
+      cute::gemm(tiled_mma, tCrA(cute::_, cute::_, k_block, stage), tCrB(cute::_, cute::_, k_block, stage), accum);
+      tiled_mma.accumulate_ = cute::GMMA::ScaleOut::One;
+    }
+  }
+  template <class Mma, class TA, class TB, class Acc>
+  static CUTLASS_DEVICE void IssueSteps(Mma& tiled_mma, TA const& tCrA, TB const& tCrB, int stage, Acc& accum, int n) {
+    static_assert(kFullSteps == 4, "TrimmedTailMainloop: 64-deep bf16 k-tiles");
+    switch (n) {
+      case 1: IssueFirst<1>(tiled_mma, tCrA, tCrB, stage, accum); break;
+      case 2: IssueFirst<2>(tiled_mma, tCrA, tCrB, stage, accum); break;
+      case 3: IssueFirst<3>(tiled_mma, tCrA, tCrB, stage, accum); break;
+      default: IssueFirst<4>(tiled_mma, tCrA, tCrB, stage, accum); break;
+    }
+  }
   // 16-deep wgmma steps (bf16) the last k-tile of a K-long contraction needs.
   static CUTLASS_DEVICE int32_t LastKBlocks(int32_t k) {
     constexpr int kBlockK = 16;
