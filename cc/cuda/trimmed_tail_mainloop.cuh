@@ -99,33 +99,28 @@ struct TrimmedTailMainloop : Base {
     warpgroup_commit_batch();
     ++smem_pipe_read;
     warpgroup_fence_operand(accum);
-    // Middle k-tiles: CUTLASS's loop body.
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int middle = k_tile_count - 2; middle > 0; --middle) {
+    // A k-tile after the first: wait for its stage, issue its steps, then release the stage before it once that
+    // k-tile's wgmmas are done (one k-tile in flight).
+    auto next_k_tile = [&](auto issue) {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
-      const int read_stage = smem_pipe_read.index();
       warpgroup_fence_operand(accum);
       warpgroup_arrive();
-      cute::gemm(tiled_mma, tCrA(_, _, _, read_stage), tCrB(_, _, _, read_stage), accum);
+      issue(smem_pipe_read.index());
       warpgroup_commit_batch();
       warpgroup_wait<1>();
       warpgroup_fence_operand(accum);
       pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_read;
       ++smem_pipe_release;
+    };
+    // Middle k-tiles: CUTLASS's unconditional step sequence.
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int middle = k_tile_count - 2; middle > 0; --middle) {
+      next_k_tile([&](int stage) { cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum); });
     }
     // Last k-tile (when it is not the first): the mailbox's steps.
     if (k_tile_count > 1) {
-      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
-      warpgroup_fence_operand(accum);
-      warpgroup_arrive();
-      IssueSteps(tiled_mma, tCrA, tCrB, smem_pipe_read.index(), accum, last_blocks);
-      warpgroup_commit_batch();
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(accum);
-      pipeline.consumer_release(smem_pipe_release);
-      ++smem_pipe_read;
-      ++smem_pipe_release;
+      next_k_tile([&](int stage) { IssueSteps(tiled_mma, tCrA, tCrB, stage, accum, last_blocks); });
     }
     warpgroup_fence_operand(accum);
   }
