@@ -284,7 +284,8 @@ enum class WgradOrder : int { kGroups = 0, kSize = 1, kMixed = 2 };
 // of the skewed qwen3-30b down wgrad (session 25) shows its consumer warpgroups waiting longer on each other's turns
 // than with even sizes; half its groups have < 260 rows, whose 128 x 128 tiles are one to four k-tiles long, so each
 // tile's epilogue (32 KB of output) outlasts the other warpgroup's mainloop. Largest first puts all of those tiles at
-// the end, where every SM writes at once; interleaved, they run beside large groups' compute-bound tiles.
+// the end, where every SM writes at once; interleaved, they run beside large groups' compute-bound tiles. Measured
+// (session 25, wgrad_order_mixed_ab_h200.md, alternating, bitwise): within noise of kSize on skewed sizes.
 __device__ __forceinline__ int64_t WgradProblemSlot(WgradOrder order, const int32_t* rows, int64_t n, int64_t g) {
   if (order == WgradOrder::kGroups) return g;
   const int64_t rank = SizeDescendingRank(rows, n, g);
