@@ -95,7 +95,8 @@ def main(argv=None):
                         # suffix: stream | serial (a split's second kernel), groups | size | mixed (the wgrad's problem
                         # order), m1..n8 (the wgrad's tile order); without one, as the caller's environment says
                         os.environ["JAX_MOE_FFI_SECOND_LAUNCH"] = launch if launch in ("stream", "serial") else "serial"
-                        _set_or_restore("JAX_MOE_FFI_WGRAD_ORDER", launch if launch in ("groups", "size", "mixed") else None)
+                        order = launch if launch in ("groups", "size", "mixed") else None
+                        _set_or_restore("JAX_MOE_FFI_WGRAD_ORDER", order)
                         _set_or_restore("JAX_MOE_FFI_WGRAD_SCHEDULE", launch if launch in _SCHEDULES else None)
                         got = np.asarray(jax.block_until_ready(fn(*a)).view(jnp.uint16))
                         want = got if want is None else want

@@ -244,8 +244,9 @@ def test_gpu_fp8_wgrad_switches_are_bitwise(tmp_path, switch):
     release) computes CUTLASS's expression in CUTLASS's order: bitwise CUTLASS's mainloop. order: problems listed
     largest group first (the default), in group order or largest / smallest interleaved
     (JAX_MOE_FFI_WGRAD_ORDER=groups / mixed) only change which CTA computes a tile, so the outputs are bitwise
-    equal; a group's scales, pointers or shape put in another group's slot would not be. schedule: tiles along N with a swizzle of 4 (JAX_MOE_FFI_WGRAD_SCHEDULE=n4; padded tiles where
-    K or N is not a multiple of 4 tiles) are the same tiles in another order. The switches are read once per
+    equal; a group's scales, pointers or shape put in another group's slot would not be. schedule: tiles along N
+    with a swizzle of 4 (JAX_MOE_FFI_WGRAD_SCHEDULE=n4; padded tiles where K or N is not a multiple of 4 tiles) are
+    the same tiles in another order. The switches are read once per
     process, so the other choice runs in a subprocess on the same quantised operands. Scales spread over 2^-8 .. 2^8,
     so a scale applied to the wrong row, column or block would show."""
     import os

@@ -287,8 +287,8 @@ struct GroupedGemm {
                                                       CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using ConfigT = Config;
-  static_assert(!TrimTailOf<Config>::value ||
-                    sizeof(typename Kernel::SharedStorage) <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
+  static_assert(!TrimTailOf<Config>::value || sizeof(typename Kernel::SharedStorage) <=
+                                                    cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
                 "trimmed-tail kernel: shared memory over the SM90 limit (raise kTrimTailSmemBytes)");
 };
 

@@ -357,7 +357,8 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
                                                               a, ops, Zero::kNone, 0, true, order);
     JMF_CUDA_CHECK_LAUNCH("SetupGroupsKernel launch");
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
-                                                                 c.n, a, ops, zero, vecs_per_unit, false, WgradOrder::kGroups);
+                                                                 c.n, a, ops, zero, vecs_per_unit, false,
+                                                                 WgradOrder::kGroups);
   } else {
     SetupGroupsKernel<GemmDef><<<grid, kSetupThreads, 0, stream>>>(arr, c.op, pick, part, c.sizes, c.g, c.m, c.k,
                                                                  c.n, a, ops, zero, vecs_per_unit, true, order);
@@ -520,7 +521,9 @@ Tiles ChooseTiles(const GemmCall& c) {
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
 
-enum class WgradTiles { kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32, kTrim };
+enum class WgradTiles {
+  kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32, kTrim
+};
 
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
@@ -731,7 +734,8 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
           if (wt == WgradTiles::kK32)
             return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128K32Config>>(stream, ws, c, dev);
           if (wt == WgradTiles::kTrim)
-            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128TrimConfig>>(stream, ws, c, dev);
+            return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128TrimConfig>>(stream, ws, c,
+                                                                                                      dev);
 #endif
         } else if (wt == WgradTiles::kPingpongC2x2) {
           SayOnce(&said_ab_dtype, "JAX_MOE_FFI_WGRAD_TILES=c2x2 is compiled for bf16 -> bf16 only; "
