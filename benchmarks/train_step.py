@@ -4,7 +4,9 @@ naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mod
 `optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
 dropless anchors on XLA's `ragged_dot` and tokamax (when importable); `ours_exact_noremat` (not in the default
-list) is the model without jax.checkpoint on its layers. Reports step time, tokens/s, model TFLOP/s (model FLOPs,
+list) is the model without jax.checkpoint on its layers; `*_keepcse` (not in the default list) are optimized variants
+that keep the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body, and
+`tokamax_nocse` the tokamax anchor written with prevent_cse=False. Reports step time, tokens/s, model TFLOP/s (model FLOPs,
 no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
 the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
 
@@ -155,7 +157,7 @@ def load_balancing_loss(cfg, p, x):
     return cfg.experts * jnp.sum(f * jnp.mean(probs, axis=0))
 
 
-def decoder(cfg, moe, params, tokens, per_layer, remat: bool = False):
+def decoder(cfg, moe, params, tokens, per_layer, remat: bool = False, prevent_cse: bool = True):
     """The embedding and the scanned layers (attention, then `moe`): (hidden states, the stacked
     per_layer(p, x) of every layer, x being the MoE input)."""
     b, s = tokens.shape
@@ -165,14 +167,15 @@ def decoder(cfg, moe, params, tokens, per_layer, remat: bool = False):
         x = rms(h, p["ln2"]).reshape(b * s, -1)
         return h + moe(cfg, p, x).reshape(b, s, -1), per_layer(p, x)
 
-    return jax.lax.scan(jax.checkpoint(layer) if remat else layer, params["embed"][tokens], params["layers"])
+    return jax.lax.scan(jax.checkpoint(layer, prevent_cse=prevent_cse) if remat else layer, params["embed"][tokens],
+                        params["layers"])
 
 
-def make_loss(cfg, moe, remat: bool = True):
+def make_loss(cfg, moe, remat: bool = True, prevent_cse: bool = True):
     def loss(params, tokens):
         aux_fn = (lambda p, x: load_balancing_loss(cfg, p, x)) if cfg.aux_loss else \
             (lambda p, x: jnp.zeros((), jnp.float32))
-        h, aux = decoder(cfg, moe, params, tokens, aux_fn, remat)
+        h, aux = decoder(cfg, moe, params, tokens, aux_fn, remat, prevent_cse)
         logits = (rms(h, params["ln_f"]) @ params["head"]).astype(jnp.float32)
         labels = jnp.roll(tokens, -1, axis=1)
         lp = jax.nn.log_softmax(logits[:, :-1])
@@ -193,7 +196,7 @@ def model_flops(cfg: Config, kept: float = 1.0) -> float:
 
 
 # the variants that run the model's capacity rule (they drop the pairs past an expert's capacity)
-CAPACITY_VARIANTS = ("naive", "ours_exact", "ours_exact_save", "ours_exact_noremat")
+CAPACITY_VARIANTS = ("naive", "ours_exact", "ours_exact_save", "ours_exact_noremat", "ours_exact_keepcse")
 
 
 def capacity_kept_share(cfg: Config, params, tokens) -> tuple[float, list[float]]:
@@ -261,10 +264,17 @@ def main(argv=None):
         "ours_fp8_save": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise", offload="device"),
         "xla_ragged_dot": make_loss(cfg, moe_ragged(jax.lax.ragged_dot)),
     }
+    # optimize() rebuilds a scanned layer's jax.checkpoint with prevent_cse=False (its barrier copies the sliced
+    # weights); *_keepcse keep the model's prevent_cse=True, for the same-run A/B of that choice
+    for name in ("ours_exact", "ours", "ours_save", "ours_fp8_save"):
+        kw = losses[name].jax_moe_ffi_options
+        losses[name + "_keepcse"] = jmf.optimize(naive_loss, **{**kw, "keep_prevent_cse": True})
     tokamax = _common.import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
     if tokamax is not None:
-        losses["tokamax"] = make_loss(cfg, moe_ragged(
-            lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic")))
+        tokamax_moe = moe_ragged(lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic"))
+        losses["tokamax"] = make_loss(cfg, tokamax_moe)
+        # the anchor written with prevent_cse=False, as optimize() rebuilds the layers: the same setting for both
+        losses["tokamax_nocse"] = make_loss(cfg, tokamax_moe, prevent_cse=False)
     print(jmf.explain(naive_loss, params0, data[0]))
     # AdamW with the linear warm-up every LLM recipe starts with: at a constant 1e-3 from step 0, Adam's
     # normalised steps moved the router weights by about half their initial scale within the 10 steps, and

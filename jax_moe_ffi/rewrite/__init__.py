@@ -88,7 +88,7 @@ def _key(args, kwargs):
     return (treedef, tuple(_aval_key(x) if _is_array(x) else ("static", _static_key(x)) for x in leaves))
 
 
-def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
+def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_prevent_cse=False):
     """Rewrite the naive MoE layers in `fn` into dispatch -> grouped GEMM -> combine.
 
     Returns a function with `fn`'s signature and pytrees. It traces `fn` per input signature (cached;
@@ -122,9 +122,16 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
       CONCURRENT scheduling inside them). On the H200 (jaxlib 0.11.2) no step-time gain from the annotations
       was measured, with graphs on or off; the flags themselves took 1.3-2% off the Qwen3 train step: see
       README "Streams".
+    keep_prevent_cse: a `jax.checkpoint` region holding a site, directly inside a `lax.scan` / `while_loop` body,
+      is rebuilt with prevent_cse=False (the default here): in a loop XLA cannot merge the backward's recompute
+      with the forward, and the optimization barrier that prevent_cse=True puts on the recompute's inputs makes
+      XLA copy the layer's weights out of the stacked weights every step. True keeps the model's setting.
+      Values are unchanged either way (a test checks the gradients bitwise on the CPU).
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     offload = _check_opts(mode, recipe, offload, streams)
+    if not isinstance(keep_prevent_cse, (bool, np.bool_)):
+        raise TypeError(f"optimize: keep_prevent_cse must be a bool, got {keep_prevent_cse!r}")
     cache = {}
     warned = []
 
@@ -134,7 +141,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         entry = cache.get(key)
         if entry is None:
             entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload,
-                                                             "recipe": recipe})
+                                                             "recipe": recipe, "keep_prevent_cse": keep_prevent_cse})
             if entry.cacheable:
                 cache[key] = entry
         if not entry.plan.has_sites():
@@ -150,18 +157,20 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True):
         outs = run(entry.plan, dyn)
         return jax.tree.unflatten(entry.out_tree, outs)
 
-    wrapped.jax_moe_ffi_options = {"mode": mode, "recipe": recipe, "offload": offload, "streams": streams}
+    wrapped.jax_moe_ffi_options = {"mode": mode, "recipe": recipe, "offload": offload, "streams": streams,
+                                   "keep_prevent_cse": keep_prevent_cse}
     if offload:
         from jax_moe_ffi import runtime
         # the remat policy for the tagged MoE intermediates (offloaded or saved, per `offload`): use it as
         # jax.checkpoint(layer, policy=fast.offload_policy) (e.g. on a scanned layer body)
         wrapped.offload_policy = runtime.moe_remat_policy(offload)
     wrapped.explain = lambda *a, **kw: explain(fn, *a, mode=mode, recipe=recipe, offload=offload, streams=streams,
-                                               **kw)
+                                               keep_prevent_cse=keep_prevent_cse, **kw)
     return wrapped
 
 
-def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **kwargs) -> Report:
+def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, keep_prevent_cse=False,
+            **kwargs) -> Report:
     """What `optimize(fn, mode=...)` rewrites for these arguments (arrays or ShapeDtypeStructs).
 
     Report.sites: per MoE site the pattern family, E, k, capacity, shapes, source line, estimated FLOPs
@@ -242,6 +251,17 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, **
                                      for n, (t, b, c) in tagged.items())
                          + " -- choose what to offload by size: each byte crosses PCIe twice per step")
     from jax_moe_ffi.rewrite import interp as _interp
+    loop_remats = [e for p in plan.all_plans() if p.loop_body for e, subs in p.subplans.items()
+                   if e.kind == "remat" and e.params.get("prevent_cse") and any(q.has_sites() for q in subs)]
+    if loop_remats:
+        notes.append(f"{len(loop_remats)} jax.checkpoint region(s) with a site directly in a loop body: "
+                     + ("prevent_cse=True kept (keep_prevent_cse=True): the backward's recompute reads its inputs "
+                        "through an optimization barrier, so XLA copies the layer's weights out of the stacked "
+                        "weights every step" if keep_prevent_cse else
+                        "rebuilt with prevent_cse=False -- the loop already keeps XLA from merging the backward's "
+                        "recompute with the forward, and the barrier prevent_cse=True puts on the recompute's "
+                        "inputs would make XLA copy the layer's weights out of the stacked weights every step "
+                        "(keep_prevent_cse=True keeps the model's setting)"))
     swapped = [n for p in plan.all_plans() for n in _interp.schedule(p) if _interp.router_topk(p, n)]
     if swapped:
         notes.append(f"router top_k: {len(swapped)} swapped for the jax_moe_ffi top_k kernel ("

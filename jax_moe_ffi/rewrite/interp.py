@@ -23,10 +23,11 @@ from jax_moe_ffi.rewrite.match import Analyzer
 
 
 class Plan:
-    def __init__(self, prog, mode, path="", options=None, in_unit=False):
+    def __init__(self, prog, mode, path="", options=None, in_unit=False, loop_body=False):
         self.prog = prog
         self.mode = mode
         self.path = path
+        self.loop_body = loop_body  # the body of a scan or while loop (see remat_prevent_cse)
         self.options = dict(options or {})  # streams / offload, read by emit
         self.facts = Facts(prog)
         an = Analyzer(prog, self.facts, mode)
@@ -50,7 +51,8 @@ class Plan:
         for e in prog.flat:
             if e.subs and e.kind in ("scan", "remat", "cond", "while", "shard_map"):
                 self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
-                                         f"{path}{e.kind}/", self.options, in_unit or e.unit is not None)
+                                         f"{path}{e.kind}/", self.options, in_unit or e.unit is not None,
+                                         e.kind in ("scan", "while"))
                                     for i, sp in enumerate(e.subs)]
         self.expanded = set()
         self.site_at = {}
@@ -193,7 +195,7 @@ def run(plan, args):
         elif router_topk(plan, node):
             outs = list(TK.top_k(vals[0], node.params["k"]))
         elif subs is not None and any(p.has_sites() for p in subs):
-            outs = _structured(node, subs, vals)
+            outs = _structured(node, subs, vals, plan.loop_body)
         else:
             outs = bind(node, vals)
         for o, val in zip(node.outs, outs):
@@ -335,7 +337,21 @@ def _scan_split(p, vals):
     return len(consts), len(carry)
 
 
-def _structured(e, subs, vals):
+def remat_prevent_cse(model_prevent_cse: bool, in_loop_body: bool, options) -> bool:
+    """prevent_cse for a jax.checkpoint region the pass rebuilds. JAX implements prevent_cse=True with an
+    optimization barrier on every input of the backward's recompute; in a scanned layer those inputs include
+    the layer's weights, which XLA slices out of the stacked weights, so the barrier makes it copy them
+    (on the Qwen3 train step: three 403 MB expert weights a layer) where the grouped GEMMs would otherwise
+    read the slice in place (XLA's dynamic-slice fusion). Directly
+    in a loop body the barrier has nothing to prevent -- the forward and the recompute are in different
+    loops, so XLA cannot merge them; jax.checkpoint's documentation names scan as the case for
+    prevent_cse=False -- so the rebuilt region drops it there, unless optimize(keep_prevent_cse=True)."""
+    if options.get("keep_prevent_cse") or not in_loop_body:
+        return model_prevent_cse
+    return False
+
+
+def _structured(e, subs, vals, in_loop_body=False):
     p = e.params
     if e.kind == "scan":
         sp = subs[0]
@@ -357,7 +373,8 @@ def _structured(e, subs, vals):
             # (offload="pinned_host") the MoE intermediates tagged inside it; its policy decides the rest
             from jax_moe_ffi import runtime
             policy = runtime.moe_remat_policy(sp.options["offload"], base=policy)
-        f = jax.checkpoint(lambda *a: run(sp, list(a)), prevent_cse=p["prevent_cse"], policy=policy)
+        f = jax.checkpoint(lambda *a: run(sp, list(a)), policy=policy,
+                           prevent_cse=remat_prevent_cse(p["prevent_cse"], in_loop_body, sp.options))
         return list(f(*vals))
     if e.kind == "cond":
         branches = [(lambda sp: (lambda *a: run(sp, list(a))))(sp) for sp in subs]
