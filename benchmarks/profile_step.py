@@ -53,7 +53,11 @@ def variants(cfg):
             "ours_fp8_save": jmf.optimize(naive, mode="dropless", recipe="blockwise", offload="device"),
             # the dropless anchor on XLA's ragged_dot: the same model around the MoE, so the kernels that
             # are not MoE kernels (attention, norms, copies, the scan's buffers) can be told apart
-            "xla_ragged_dot": TS.make_loss(cfg, TS.moe_ragged(jax.lax.ragged_dot))}
+            "xla_ragged_dot": TS.make_loss(cfg, TS.moe_ragged(jax.lax.ragged_dot)),
+            # the model's jax.checkpoint(prevent_cse=True) kept (optimize() drops it in the scan body)
+            "ours_save_keepcse": jmf.optimize(naive, mode="dropless", offload="device", keep_prevent_cse=True),
+            "ours_fp8_save_keepcse": jmf.optimize(naive, mode="dropless", recipe="blockwise", offload="device",
+                                                  keep_prevent_cse=True)}
 
 
 def main(argv=None):
