@@ -274,6 +274,41 @@ def test_scan_over_layers_with_checkpoint():
     assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
 
 
+def test_scanned_remat_prevent_cse_dropped():
+    """optimize() rebuilds a jax.checkpoint that sits directly in a scan body with prevent_cse=False: the
+    optimization barrier JAX puts on the backward recompute's inputs (the layer's weight slices, which XLA then
+    copies out of the stacked weights) is gone from the lowered gradient; keep_prevent_cse=True keeps it; the
+    gradients are bitwise the same either way. A checkpoint outside any loop keeps the model's prevent_cse."""
+    seed = _seed()
+    keys = jax.random.split(jax.random.key(seed), 3)
+    ps = jax.tree.map(lambda *a: jnp.stack(a), *[M.init_moe_params(k, D, F, E) for k in keys[:2]])
+    x = jax.random.normal(keys[2], (T, D))
+    fn = M.moe_decoder
+
+    def grad_fn(f):
+        return jax.jit(jax.grad(lambda ps, x: jnp.sum(f(ps, x) ** 2), argnums=(0, 1)))
+
+    def barriers(f, *args):
+        return grad_fn(f).lower(*args).as_text().count("stablehlo.optimization_barrier")
+
+    dropped, kept = optimize(fn), optimize(fn, keep_prevent_cse=True)
+    assert barriers(fn, ps, x) >= 1 and barriers(kept, ps, x) >= 1
+    assert barriers(dropped, ps, x) == 0
+    g_dropped, g_kept = grad_fn(dropped)(ps, x), grad_fn(kept)(ps, x)
+    for a, b in zip(jax.tree.leaves(g_dropped), jax.tree.leaves(g_kept)):
+        assert bool(jnp.array_equal(a, b)), seed
+    assert tree_rel(g_dropped, jax.grad(lambda ps, x: jnp.sum(fn(ps, x) ** 2), argnums=(0, 1))(ps, x)) <= 1e-5
+    note = [n for n in dropped.explain(ps, x).notes if "jax.checkpoint region" in n]
+    assert len(note) == 1 and "prevent_cse=False" in note[0], dropped.explain(ps, x).notes
+    assert any("prevent_cse=True kept" in n for n in kept.explain(ps, x).notes)
+    p0 = jax.tree.map(lambda a: a[0], ps)
+    unlooped = optimize(lambda p, x: jax.checkpoint(M.dense_moe)(p, x))
+    assert barriers(unlooped, p0, x) >= 1
+    assert not any("jax.checkpoint region" in n for n in unlooped.explain(p0, x).notes)
+    with pytest.raises(TypeError, match="keep_prevent_cse"):
+        optimize(fn, keep_prevent_cse="yes")
+
+
 NEAR_MISSES = [
     ("expert_choice", M.expert_choice_moe, "expert-choice"),
     ("expert_choice_argsort", partial(M.expert_choice_moe, argsort=True), "expert-choice"),
