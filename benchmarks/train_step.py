@@ -6,7 +6,8 @@ expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless"
 dropless anchors on XLA's `ragged_dot` and tokamax (when importable); `ours_exact_noremat` (not in the default
 list) is the model without jax.checkpoint on its layers; `*_keepcse` (not in the default list) are optimized variants
 that keep the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body, and
-`tokamax_nocse` the tokamax anchor written with prevent_cse=False. Reports step time, tokens/s, model TFLOP/s (model FLOPs,
+`tokamax_nocse` the tokamax anchor written with prevent_cse=False, `ours_fp8*_inbody` the FP8 variants with the weights
+quantised per layer inside the scan (optimize() hoists it before the loop). Reports step time, tokens/s, model TFLOP/s (model FLOPs,
 no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
 the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -269,6 +271,12 @@ def main(argv=None):
     for name in ("ours_exact", "ours", "ours_save", "ours_fp8_save"):
         kw = losses[name].jax_moe_ffi_options
         losses[name + "_keepcse"] = jmf.optimize(naive_loss, **{**kw, "keep_prevent_cse": True})
+    # FP8: optimize() quantises the stacked expert weights once before the layer scan; *_inbody quantise them per
+    # layer inside it (JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0 when optimize() is called), for the same-run A/B
+    os.environ["JAX_MOE_FFI_HOIST_FP8_WEIGHTS"] = "0"
+    for name in ("ours_fp8", "ours_fp8_save"):
+        losses[name + "_inbody"] = jmf.optimize(naive_loss, **losses[name].jax_moe_ffi_options)
+    del os.environ["JAX_MOE_FFI_HOIST_FP8_WEIGHTS"]
     tokamax = _common.import_tokamax() if "tokamax" in args.variants and jax.default_backend() == "gpu" else None
     if tokamax is not None:
         tokamax_moe = moe_ragged(lambda a, b, s: tokamax.ragged_dot(a, b, s, implementation="mosaic"))

@@ -489,11 +489,13 @@ def test_saved_fp8_weights_are_not_quantised_again_in_the_backward():
     assert rt.offload_placement("device")[rt.FP8_WEIGHTS_NAME] == "device"
 
 
-def test_pass_offload_device_keeps_the_fp8_weights():
-    """optimize(recipe="blockwise", offload="device") on a scanned, rematerialised decoder: the model's own
-    jax.checkpoint keeps the FP8 weight quantisation (runtime.FP8_WEIGHTS_NAME is in the "device" mode), so the
-    gradient program has fewer weight quantisations than with offload=None, and the same loss and gradients."""
+def test_pass_offload_device_keeps_the_fp8_weights(monkeypatch):
+    """optimize(recipe="blockwise", offload="device") on a scanned, rematerialised decoder, with the quantisation
+    left in the scan body (JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0): the model's own jax.checkpoint keeps the FP8 weight
+    quantisation (runtime.FP8_WEIGHTS_NAME is in the "device" mode), so the gradient program has fewer weight
+    quantisations than with offload=None, and the same loss and gradients."""
     from jax_moe_ffi import runtime as rt
+    monkeypatch.setenv("JAX_MOE_FFI_HOIST_FP8_WEIGHTS", "0")
     from jax_moe_ffi.ops.quantize import TILES_T_TARGET
     d, f, e, k, layers = 128, 256, 4, 2, 2
     keys = jax.random.split(jax.random.PRNGKey(3), layers + 1)
@@ -517,6 +519,52 @@ def test_pass_offload_device_keeps_the_fp8_weights():
     for a, b in zip(jax.tree.leaves(grads[None]), jax.tree.leaves(grads["device"])):
         assert bool(jnp.all(jnp.isfinite(b)))
         assert float(jnp.linalg.norm(a - b) / jnp.linalg.norm(a)) < 1e-4
+
+
+def _scan_decoder_case():
+    d, f, e, k, layers = 128, 256, 4, 2, 2
+    keys = jax.random.split(jax.random.PRNGKey(5), layers + 1)
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[models.init_moe_params(kk, d, f, e, jnp.float32)
+                                                      for kk in keys[:-1]])
+    x = jax.random.normal(keys[-1], (64, d), jnp.float32)
+
+    def shared(ps, x):  # one set of expert weights (layer 0's) closed over by a scan: a const of the loop
+        p0 = jax.tree.map(lambda a: a[0], ps)
+        return jax.lax.scan(lambda h, _: (h + models.dense_moe(p0, h, k), None), x, None, length=layers)[0]
+
+    return stacked, x, {"stacked": lambda ps, x: jnp.sum(models.moe_decoder(ps, x, k) ** 2),
+                        "shared": lambda ps, x: jnp.sum(shared(ps, x) ** 2)}
+
+
+@pytest.mark.parametrize("which", ["stacked", "shared"])
+@pytest.mark.parametrize("offload", [None, "device"])
+def test_pass_hoists_the_fp8_weight_quantisation_out_of_the_scan(which, offload, monkeypatch):
+    """optimize(recipe="blockwise") on a scanned decoder quantises the expert weights once before the loop: the
+    stacked per-layer weights (scan inputs) in one pass over [layers * experts] matrices, a closed-over weight
+    once. No weight quantisation is left inside any scan of the forward or gradient program (the body's and the
+    checkpoint's recompute had one each), and loss and gradients are bitwise those of the per-layer quantisation
+    (JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0): 128 x 128 tiles never cross one expert's matrix."""
+    from jax_moe_ffi.ops.quantize import TILES_T_TARGET
+    stacked, x, losses = _scan_decoder_case()
+    loss = losses[which]
+    runs = {}
+    for hoist in ("1", "0"):
+        monkeypatch.setenv("JAX_MOE_FFI_HOIST_FP8_WEIGHTS", hoist)
+        fast = jmf.optimize(loss, mode="dropless", recipe="blockwise", offload=offload)
+        g = jax.value_and_grad(fast, (0, 1))
+        top = jax.make_jaxpr(g)(stacked, x).jaxpr
+        # in the scans of the forward program and of the gradient program (for a closed-over weight JAX's scan
+        # partial evaluation already moves the loop-invariant quantisation out of the gradient program's loop)
+        in_scans = sum(str(e).count(TILES_T_TARGET) for j in (top, jax.make_jaxpr(fast)(stacked, x).jaxpr)
+                       for e in j.eqns if e.primitive.name == "scan")
+        runs[hoist] = (in_scans, str(top).count(TILES_T_TARGET), jax.jit(g)(stacked, x),
+                       " ".join(fast.explain(stacked, x).notes))
+    assert runs["1"][0] == 0 and runs["0"][0] >= 1, (runs["1"][:2], runs["0"][:2])
+    assert 1 <= runs["1"][1] <= runs["0"][1]
+    for a, b in zip(jax.tree.leaves(runs["1"][2]), jax.tree.leaves(runs["0"][2])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert "quantised once before the loop" in runs["1"][3]
+    assert "quantised once before the loop" not in runs["0"][3]
 
 
 # ------------------------------------------------------------------ weights quantised once (quantize_weights)

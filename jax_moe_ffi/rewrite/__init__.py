@@ -9,6 +9,7 @@ sub-programs) -> facts (`facts`: which values are top_k indices, one-hot/k-spars
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 
 import jax
@@ -33,6 +34,12 @@ def _check_opts(mode, recipe, offload, streams):
     del streams
     from jax_moe_ffi import runtime
     return runtime.offload_mode(offload)  # None, "pinned_host", "device" or ((name, space), ...); else ValueError
+
+
+def _hoist_fp8_weights() -> bool:
+    """recipe="blockwise": quantise a scan's expert weights once before the loop (interp.hoistable_fp8_inputs);
+    JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0 when optimize() / explain() is called keeps it per iteration in the body."""
+    return os.environ.get("JAX_MOE_FFI_HOIST_FP8_WEIGHTS", "1") != "0"
 
 
 def _is_array(x):
@@ -101,6 +108,9 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
     recipe: None (expert GEMMs in the model's dtype), "blockwise" (FP8 E4M3 with 1 x 128 / 128 x 128 float32
       scales: the fast Hopper path) or "mxfp8" (OCP MX operands, multiplied in bf16 on Hopper). FP8 changes
       the numerics by FP8 rounding, so mode="exact" then means exact routing and drops, not exact values.
+      With "blockwise", expert weights that a `lax.scan` body reads as stored (the stacked per-layer weights,
+      or one closed over) are quantised once before the loop for all iterations (bitwise the per-layer
+      quantisation; JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0 when optimize() is called keeps it in the body).
     offload: None, "pinned_host" (True and "host" say the same), "device", or a mapping {tag: "pinned_host" |
       "device"} over runtime.OFFLOAD_NAMES (e.g. {"moe_dispatched_rows": "pinned_host", "moe_expert_hidden":
       "device"}: only the rows cross PCIe) and the per-GEMM names "moe_expert_hidden.<i>" (the i-th expert GEMM
@@ -134,6 +144,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
     offload = _check_opts(mode, recipe, offload, streams)
     if not isinstance(keep_prevent_cse, (bool, np.bool_)):
         raise TypeError(f"optimize: keep_prevent_cse must be a bool, got {keep_prevent_cse!r}")
+    hoist_fp8_weights = _hoist_fp8_weights()  # read once, here: an A/B can build both variants in one process
     cache = {}
     warned = []
 
@@ -143,7 +154,8 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
         entry = cache.get(key)
         if entry is None:
             entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload,
-                                                             "recipe": recipe, "keep_prevent_cse": keep_prevent_cse})
+                                                             "recipe": recipe, "keep_prevent_cse": keep_prevent_cse,
+                                                             "hoist_fp8_weights": hoist_fp8_weights})
             if entry.cacheable:
                 cache[key] = entry
         if not entry.plan.has_sites():
@@ -179,7 +191,9 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
     and largest buffer before/after. Report.misses: near-misses with the reason they were left alone.
     """
     offload = _check_opts(mode, recipe, offload, streams)
-    entry, _, _, _ = _trace(fn, args, kwargs, mode)
+    entry, _, _, _ = _trace(fn, args, kwargs, mode, {"streams": streams, "offload": offload, "recipe": recipe,
+                                                     "keep_prevent_cse": keep_prevent_cse,
+                                                     "hoist_fp8_weights": _hoist_fp8_weights()})
     plan = entry.plan
     sites = []
     for s, prog in ((s, p.prog) for p in plan.all_plans() for s in p.sites):
@@ -223,7 +237,22 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                      + "; values differ from the model by FP8 rounding")
     remats_with_sites = [p for p in plan.all_plans()
                          if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
-    if recipe == "blockwise" and remats_with_sites:
+    from jax_moe_ffi.rewrite import interp as _interp
+    hoisted = []  # (scan path, number of weights quantised before the loop)
+    for p in plan.all_plans():
+        for e, subs in p.subplans.items():
+            if e.kind == "scan":
+                nc, nk = _interp._scan_split(e.params, e.ins)
+                h = [i for i in _interp.hoistable_fp8_inputs(subs[0]) if i < nc or i >= nc + nk]
+                if h:
+                    hoisted.append((p.path + "scan/", len(h)))
+    if hoisted:
+        notes.append("recipe='blockwise' in a lax.scan: " + ", ".join(f"{n} expert weight(s) of {path}"
+                                                                      for path, n in hoisted)
+                     + " quantised once before the loop for all its iterations (128x128 tiles, both orientations, "
+                       "the stacked weights in one pass), not per iteration in the body and again in a "
+                       "jax.checkpoint's recompute; JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0 quantises them in the body")
+    elif recipe == "blockwise" and remats_with_sites:
         from jax_moe_ffi import runtime
         kept = offload is not None and runtime.offload_placement(offload).get(runtime.FP8_WEIGHTS_NAME) == "device"
         notes.append("recipe='blockwise' inside jax.checkpoint: the weights' FP8 quantisation ("
@@ -252,7 +281,6 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                          + "; ".join(f"{n} {t} {_fmt_bytes(b)}" + (f" (x{c})" if c > 1 else "")
                                      for n, (t, b, c) in tagged.items())
                          + " -- choose what to offload by size: each byte crosses PCIe twice per step")
-    from jax_moe_ffi.rewrite import interp as _interp
     loop_remats = [e for p in plan.all_plans() if p.loop_body for e, subs in p.subplans.items()
                    if e.kind == "remat" and e.params.get("prevent_cse") and any(q.has_sites() for q in subs)]
     if loop_remats:

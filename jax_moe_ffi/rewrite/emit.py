@@ -188,11 +188,32 @@ def _lit_value(a):
     return np.asarray(a.val, dtype=a.dtype)
 
 
+def _rhs_orders(plan):
+    """(expert axis, order_kn, order_nk) of an expert GEMM's weight: its axes as [E, K..., N...] and [E, N..., K...]
+    (a stacked per-expert weight, plan["virtual"], has the expert axis in front)."""
+    shift, e_ax = (1, 0) if plan["virtual"] else (0, plan["e_ax"])
+    wc = [a + shift for a in plan["wc"]]
+    wf = [a + shift for a in plan["w_free"]]
+    return e_ax, [e_ax] + wc + wf, [e_ax] + wf + wc
+
+
+def stored_layout_transpose(plan):
+    """transpose_rhs of the expert GEMM `plan` when it reads its weight Var as stored, [E, K, N] (False) or
+    [E, N, K] (True): then the weight's FP8 quantisation (quantize_weights) can be made from the Var itself,
+    e.g. once for all layers outside a scan. None when the GEMM transposes or reshapes the weight first."""
+    if plan["virtual"] or plan["w"].aval.ndim != 3:
+        return None
+    _, kn, nk = _rhs_orders(plan)
+    return False if kn == [0, 1, 2] else True if nk == [0, 1, 2] else None
+
+
 class RowEval:
     def __init__(self, site, prog, read, coords, n, group_sizes=None, primary_rows=None, facts=None,
-                 read_stacked=None, recipe=None, tag=None):
+                 read_stacked=None, recipe=None, tag=None, fp8_weights=None):
         self.site = site
         self.recipe = recipe  # FP8 recipe of the expert GEMMs (optimize(recipe=...)), None: model dtype
+        # {weight Var: Fp8Weights} quantised once outside the enclosing loop (interp's hoisting), or {}
+        self.fp8_weights = fp8_weights or {}
         self.tag = tag  # barrier + checkpoint-name tag of the GEMM outputs (emit_site's guard), None: as they are
         self.prog = prog
         self.read = read
@@ -466,19 +487,10 @@ class RowEval:
         rest = [a for a in op if a not in plan["pc"]]
         rp = jnp.transpose(rp, (0,) + tuple(1 + op.index(a) for a in list(plan["pc"]) + rest))
         lhs = rp.reshape(self.n, plan["K"])
-        if plan["virtual"]:
-            w = self.read_stacked(W)
-            shift = 1
-            e_ax = 0
-        else:
-            w = self.read(W)
-            shift = 0
-            e_ax = plan["e_ax"]
-        wc = [a + shift for a in plan["wc"]]
-        wf = [a + shift for a in plan["w_free"]]
+        w = self.read_stacked(W) if plan["virtual"] else self.read(W)
+        e_ax, order_kn, order_nk = _rhs_orders(plan)
+        wf = order_kn[1 + len(plan["wc"]):]
         ne = w.shape[e_ax]
-        order_kn = [e_ax] + wc + wf
-        order_nk = [e_ax] + wf + wc
         if order_nk == list(range(w.ndim)) and order_kn != list(range(w.ndim)):
             rhs = w.reshape(ne, plan["N"], plan["K"])
             tr = True
@@ -519,8 +531,11 @@ class RowEval:
                                               transpose_rhs=[o[2] for o in ops],
                                               preferred_element_type=[o[3] for o in ops])
         else:
+            fw = self.fp8_weights.get(plan["w"]) if self.recipe == "blockwise" and not plan["virtual"] else None
+            if fw is not None and (fw.shape != tuple(ops[0][1].shape) or fw.transpose_rhs != ops[0][2]):
+                fw = None  # quantised for another layout of this weight: quantise here as usual
             outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
-                                   transpose_rhs=ops[0][2], recipe=self.recipe)]
+                                   transpose_rhs=ops[0][2], recipe=self.recipe, fp8_weights=fw)]
         if self.tag is not None:  # what a remat policy saves / a scan stacks instead of recomputing the GEMM
             from jax_moe_ffi import runtime
             tagged = []
@@ -598,8 +613,9 @@ def _guard_residuals(site, options) -> bool:
     return bool(options.get("offload")) or residuals_stacked(getattr(site, "path", "") or "")
 
 
-def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=None):
-    """The value of site.out computed by dispatch -> grouped GEMMs -> combine."""
+def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=None, fp8_weights=None):
+    """The value of site.out computed by dispatch -> grouped GEMMs -> combine. fp8_weights: {weight Var:
+    Fp8Weights} quantised outside the enclosing loop (recipe="blockwise"; interp hoists them)."""
     options = options or {}
     I = read(site.I)
     b, j = site.b_axes, site.j_axis
@@ -655,7 +671,7 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         pv = site.primary
         prim_rows = rows_x.reshape((n,) + tuple(pv.shape[a] for a in others(pv, site.labels)))
     re = RowEval(site, prog, read, rc, n, group_sizes=routing.group_sizes, primary_rows=prim_rows,
-                 facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"),
+                 facts=facts, read_stacked=read_stacked, recipe=options.get("recipe"), fp8_weights=fp8_weights,
                  tag=(lambda x, name: _tagged(lax.optimization_barrier(x), name, options)) if guard else None)
     folded = fold_target(site, prog) if site.rows_operand is not None else None
     if folded is not None:  # w at each row's pair; 0 on padding rows (their GEMM rows are zero anyway)

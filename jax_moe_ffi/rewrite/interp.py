@@ -157,7 +157,10 @@ def schedule(plan):
     return list(reversed(marked))
 
 
-def run(plan, args):
+def run(plan, args, fp8_weights=None):
+    """The program's outputs with its sites rewritten. fp8_weights: {invar of plan.prog: Fp8Weights}, expert
+    weights whose FP8 quantisation an enclosing scan made once for all its iterations (hoistable_fp8_inputs)."""
+    fp8_weights = fp8_weights or {}
     prog = plan.prog
     env = {}
     for v, a in zip(prog.invars, args):
@@ -184,7 +187,7 @@ def run(plan, args):
             if node in branches:
                 _run_on_stream(branches[node], order, on_branch, prog, read, env)
             read_stacked = _stacked_reader(s, read)
-            env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked, plan.options)
+            env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked, plan.options, fp8_weights)
             continue
         if node in on_branch:
             continue  # evaluated on its stream, with its site
@@ -195,7 +198,8 @@ def run(plan, args):
         elif router_topk(plan, node):
             outs = list(TK.top_k(vals[0], node.params["k"]))
         elif subs is not None and any(p.has_sites() for p in subs):
-            outs = _structured(node, subs, vals, plan.loop_body)
+            fp8_in = {i: fp8_weights[v] for i, v in enumerate(node.ins) if isinstance(v, Var) and v in fp8_weights}
+            outs = _structured(node, subs, vals, plan.loop_body, fp8_in)
         else:
             outs = bind(node, vals)
         for o, val in zip(node.outs, outs):
@@ -351,18 +355,80 @@ def remat_prevent_cse(model_prevent_cse: bool, in_loop_body: bool, options) -> b
     return False
 
 
-def _structured(e, subs, vals, in_loop_body=False):
+def hoistable_fp8_inputs(plan) -> dict:
+    """{index into plan.prog.invars: transpose_rhs} of the inputs that some blockwise-FP8 expert GEMM of the plan
+    (or of a jax.checkpoint region in it) reads as its weight, as stored (emit.stored_layout_transpose). A scan
+    whose body this is quantises those once for all its iterations (_hoisted_fp8_weights) instead of once per
+    layer inside the body (and again in the backward's recompute). An input read in both orientations is left out."""
+    if plan.options.get("recipe") != "blockwise" or not plan.options.get("hoist_fp8_weights", True):
+        return {}  # JAX_MOE_FFI_HOIST_FP8_WEIGHTS=0 when optimize() was called: quantised in the body (an A/B)
+    index = {v: i for i, v in enumerate(plan.prog.invars)}
+    found, clash = {}, set()
+
+    def note(v, tr):
+        i = index.get(v)
+        if i is None or tr is None:
+            return
+        if found.setdefault(i, tr) != tr:
+            clash.add(i)
+
+    for s in plan.sites:
+        for gp in s.gemms.values():
+            note(gp["w"], EM.stored_layout_transpose(gp))
+    for e, subs in plan.subplans.items():
+        if e.kind == "remat":
+            for j, tr in hoistable_fp8_inputs(subs[0]).items():
+                if isinstance(e.ins[j], Var):
+                    note(e.ins[j], tr)
+    return {i: tr for i, tr in found.items() if i not in clash}
+
+
+def _hoisted_fp8_weights(stacked, transpose_rhs):
+    """quantize_weights of every slice along the leading (scan) axis of stacked [L, E, A, B], made in one pass:
+    (pair leaves each [L, E, ...], their treedef). 128 x 128 tiles never cross an expert's [A, B] matrix, so
+    the slices are bitwise what quantize_weights(stacked[l]) gives."""
+    from jax_moe_ffi.ops.grouped_gemm_fp8 import quantize_weights
+    L, E = stacked.shape[:2]
+    fw = quantize_weights(stacked.reshape((L * E,) + tuple(stacked.shape[2:])), transpose_rhs=transpose_rhs)
+    leaves, tree = jax.tree.flatten(fw.pairs)
+    return [x.reshape((L, E) + x.shape[1:]) for x in leaves], tree
+
+
+def _structured(e, subs, vals, in_loop_body=False, fp8_in=None):
+    """Rebuilds a structured node whose bodies hold sites. fp8_in: {position in vals: Fp8Weights} quantised by
+    an enclosing scan, passed on to the body's invars."""
     p = e.params
+    fp8_in = fp8_in or {}
     if e.kind == "scan":
+        from jax_moe_ffi.ops.grouped_gemm_fp8 import Fp8Weights
         sp = subs[0]
         nc, nk = _scan_split(p, vals)
         consts, init, xs = vals[:nc], vals[nc:nc + nk], vals[nc + nk:]
+        hoist = hoistable_fp8_inputs(sp)
+        const_fp8 = {}  # body invar index -> Fp8Weights: a const weight, quantised once
+        xs_fp8 = []  # (body invar index, leaves [L, E, ...], treedef, [E, A, B], transpose_rhs): stacked weights
+        for i, tr in sorted(hoist.items()):
+            if i < nc:  # the same weight in every iteration: quantised once (or already, further out)
+                from jax_moe_ffi.ops.grouped_gemm_fp8 import quantize_weights
+                const_fp8[i] = fp8_in[i] if i in fp8_in else quantize_weights(vals[i], transpose_rhs=tr)
+            elif i >= nc + nk:
+                leaves, tree = _hoisted_fp8_weights(vals[i], tr)
+                xs_fp8.append((i, leaves, tree, tuple(vals[i].shape[1:]), tr))
+            # a weight in the carry changes every iteration: quantised in the body as before
+        invars = sp.prog.invars
 
         def body(carry, x):
-            outs = run(sp, list(consts) + list(carry) + list(x))
+            x, xf = x[:len(xs)], x[len(xs):]
+            fw = {invars[i]: w for i, w in const_fp8.items()}
+            at = 0
+            for i, leaves, tree, shape, tr in xs_fp8:
+                fw[invars[i]] = Fp8Weights(jax.tree.unflatten(tree, xf[at:at + len(leaves)]), shape, tr)
+                at += len(leaves)
+            outs = run(sp, list(consts) + list(carry) + list(x), fw)
             return list(outs[:nk]), list(outs[nk:])
 
-        carry, ys = lax.scan(body, list(init), list(xs), length=p["length"], reverse=p["reverse"],
+        extra = [leaf for _, leaves, _, _, _ in xs_fp8 for leaf in leaves]
+        carry, ys = lax.scan(body, list(init), list(xs) + extra, length=p["length"], reverse=p["reverse"],
                              unroll=p["unroll"])
         return list(carry) + list(ys)
     if e.kind == "remat":
@@ -373,9 +439,15 @@ def _structured(e, subs, vals, in_loop_body=False):
             # (offload="pinned_host") the MoE intermediates tagged inside it; its policy decides the rest
             from jax_moe_ffi import runtime
             policy = runtime.moe_remat_policy(sp.options["offload"], base=policy)
-        f = jax.checkpoint(lambda *a: run(sp, list(a)), policy=policy,
+        pos = sorted(fp8_in)  # hoisted FP8 weights enter the region as inputs (nothing of them to save)
+
+        def region(*a):
+            fw = {sp.prog.invars[i]: w for i, w in zip(pos, a[len(vals):])}
+            return run(sp, list(a[:len(vals)]), fw)
+
+        f = jax.checkpoint(region, policy=policy,
                            prevent_cse=remat_prevent_cse(p["prevent_cse"], in_loop_body, sp.options))
-        return list(f(*vals))
+        return list(f(*vals, *[fp8_in[i] for i in pos]))
     if e.kind == "cond":
         branches = [(lambda sp: (lambda *a: run(sp, list(a))))(sp) for sp in subs]
         return list(lax.switch(vals[0], branches, *vals[1:]))
