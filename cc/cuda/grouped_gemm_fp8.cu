@@ -10,10 +10,13 @@
 //   the GEMM out[M,K] = dout[M,N] . W^T) with the scales' last two axes swapped.
 //
 // One call, all on XLA's stream, no host synchronisation (group sizes stay on the GPU):
-//   1. a one-block setup kernel: per-group problem shapes, pointers, strides, scale pointers and layouts (the
-//      lhs scales K-major, read in place from lhs_scale at each group's first row);
-//   2. a zero kernel for rows no group covers;
-//   3. one CUTLASS pointer-array FP8 blockwise-scaled kernel.
+//   1. a one-block setup kernel: per-group problem shapes, pointers, strides, scale pointers, and
+//      the row range of each group;
+//   2. a repack kernel copies lhs_scale into CUTLASS's per-group layout: group g's scales as a
+//      [K/128, m_g] block (rows contiguous) at offset begin_g * K/128 of a workspace buffer (the
+//      SM90 blockwise mainloop derives the scale layout from the group's own M);
+//   3. a zero kernel for rows no group covers;
+//   4. one CUTLASS pointer-array FP8 blockwise-scaled kernel.
 // Command-buffer compatible: the workspace is an XLA-owned output.
 
 #include <cuda_runtime.h>
@@ -66,7 +69,9 @@ struct Fp8GroupArrays {
   StrideD* stride_d;
   LayoutSFA* layout_sfa;
   LayoutSFB* layout_sfb;
+  int64_t* ends;   // clipped end row of each group (non-decreasing; empty groups: end == begin)
   int64_t* total;  // clipped total rows
+  float* sfa;      // repacked lhs scales, M * K/128 floats
 };
 
 // One block (see grouped_gemm.cu's SetupGroupsKernel for why a parallel scan of max(size, 0)
@@ -77,9 +82,8 @@ __global__ void __launch_bounds__(kSetupThreads)
                          int64_t num_groups, int64_t m, int64_t k, int64_t n,
                          const typename Fp8GroupArrays<GemmDef>::ElementA* a,
                          const typename Fp8GroupArrays<GemmDef>::ElementB* b,
-                         const float* lhs_scale, const float* rhs_scale,
+                         const float* rhs_scale,
                          typename Fp8GroupArrays<GemmDef>::ElementD* d, RowPart part) {
-  static_assert(GemmDef::kMajorSFA == cute::GMMA::Major::K, "the lhs scales are read in place, [rows, K/128]");
   using Arr = Fp8GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
@@ -91,14 +95,16 @@ __global__ void __launch_bounds__(kSetupThreads)
     const int32_t size = g < num_groups ? sizes[g] : 0;
     const int64_t excl = BlockExclusiveSum(size > 0 ? size : 0, warp_offsets, &chunk_total);
     if (g < num_groups) {
-      const GroupRows r = SplitRows(clip_group(carry + excl, size, m), part);  // this kernel's rows of the group
+      const GroupRows whole = clip_group(carry + excl, size, m);
+      arr.ends[g] = whole.end;  // the whole group's (RepackScalesKernel finds groups by them)
+      const GroupRows r = SplitRows(whole, part);  // this kernel's rows of the group
       const int64_t rows = r.end - r.begin;
       arr.shapes[g] = typename Arr::Shape(static_cast<int>(rows), static_cast<int>(n),
                                           static_cast<int>(k));
       arr.ptr_a[g] = a + r.begin * k;
       arr.ptr_b[g] = b + g * n * k;
       arr.ptr_d[g] = d + r.begin * n;
-      arr.ptr_sfa[g] = lhs_scale + r.begin * kb;  // K-major: row r's scales at lhs_scale[r * kb ...]
+      arr.ptr_sfa[g] = arr.sfa + r.begin * kb;
       arr.ptr_sfb[g] = rhs_scale + g * kb * nb;
       arr.stride_a[g] = StrideWithLd<typename Arr::StrideA>(k);
       arr.stride_b[g] = StrideWithLd<typename Arr::StrideB>(k);
@@ -114,6 +120,34 @@ __global__ void __launch_bounds__(kSetupThreads)
   if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
 }
 
+// lhs_scale [M, KB] (row-major) -> per group g a [KB, m_g] block at sfa + begin_g * KB; with a split (part), per
+// group the block of this kernel's rows [b, e) at sfa + b * KB, and rows of the other part skipped.
+// Thread i handles (kb, r) = (i / M, i % M): consecutive threads write consecutive rows of a block.
+constexpr int kRepackThreads = 256;
+
+__global__ void __launch_bounds__(kRepackThreads)
+    RepackScalesKernel(const float* __restrict__ lhs_scale, float* __restrict__ sfa,
+                       const int64_t* __restrict__ ends, const int64_t* __restrict__ total_rows,
+                       int64_t num_groups, int64_t m, int64_t kb, RowPart part) {
+  const int64_t total = *total_rows;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb;
+       i += stride) {
+    const int64_t blk = i / m;
+    const int64_t r = i - blk * m;
+    if (r >= total) continue;
+    // The group holding row r: the first g with ends[g] > r (ends is non-decreasing).
+    int64_t lo = 0, hi = num_groups - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (ends[mid] > r) hi = mid; else lo = mid + 1;
+    }
+    const GroupRows p = SplitRows(GroupRows{lo > 0 ? ends[lo - 1] : 0, ends[lo]}, part);
+    if (r < p.begin || r >= p.end) continue;  // the other kernel's row
+    sfa[p.begin * kb + blk * (p.end - p.begin) + (r - p.begin)] = lhs_scale[r * kb + blk];
+  }
+}
+
 struct Fp8Call {
   const void* a;
   const float* a_scale;
@@ -124,11 +158,12 @@ struct Fp8Call {
   int64_t m, k, n, g;
 };
 
-// The per-group arrays in the workspace output (256-byte aligned pieces), then CUTLASS's workspace (per-SM copies of the TMA descriptors that the
+// The per-group arrays in the workspace output (256-byte aligned pieces), then `extra_floats` floats of scratch
+// (Fp8GroupArrays::sfa; 0 for the wgrad) and CUTLASS's workspace (per-SM copies of the TMA descriptors that the
 // kernel rewrites when it moves to another group; its size depends only on hw_info.sm_count).
 template <class GemmDef>
-ffi::Error CarveFp8Arrays(const Workspace& ws, const char* op, int64_t g, size_t cutlass_bytes, int sm_count,
-                          Fp8GroupArrays<GemmDef>* arr, void** cutlass_ws) {
+ffi::Error CarveFp8Arrays(const Workspace& ws, const char* op, int64_t g, size_t extra_floats,
+                          size_t cutlass_bytes, int sm_count, Fp8GroupArrays<GemmDef>* arr, void** cutlass_ws) {
   using Arr = Fp8GroupArrays<GemmDef>;
   const size_t ng = static_cast<size_t>(g);
   WorkspaceCarver carve;
@@ -143,7 +178,9 @@ ffi::Error CarveFp8Arrays(const Workspace& ws, const char* op, int64_t g, size_t
   const size_t o_stride_d = carve.take(ng * sizeof(typename Arr::StrideD));
   const size_t o_layout_sfa = carve.take(ng * sizeof(typename Arr::LayoutSFA));
   const size_t o_layout_sfb = carve.take(ng * sizeof(typename Arr::LayoutSFB));
+  const size_t o_ends = carve.take(ng * sizeof(int64_t));
   const size_t o_total = carve.take(sizeof(int64_t));
+  const size_t o_sfa = carve.take(extra_floats * sizeof(float));
   const size_t o_workspace = carve.take(cutlass_bytes);
   if (carve.offset > ws.bytes || (reinterpret_cast<uintptr_t>(ws.ptr) & 255) != 0) {
     return invalid(std::string(op) + ": the workspace output has " + std::to_string(ws.bytes) +
@@ -162,7 +199,9 @@ ffi::Error CarveFp8Arrays(const Workspace& ws, const char* op, int64_t g, size_t
   arr->stride_d = reinterpret_cast<typename Arr::StrideD*>(base + o_stride_d);
   arr->layout_sfa = reinterpret_cast<typename Arr::LayoutSFA*>(base + o_layout_sfa);
   arr->layout_sfb = reinterpret_cast<typename Arr::LayoutSFB*>(base + o_layout_sfb);
+  arr->ends = reinterpret_cast<int64_t*>(base + o_ends);
   arr->total = reinterpret_cast<int64_t*>(base + o_total);
+  arr->sfa = reinterpret_cast<float*>(base + o_sfa);
   *cutlass_ws = base + o_workspace;
   return ffi::Error::Success();
 }
@@ -191,7 +230,7 @@ ffi::Error LaunchFp8Grouped(typename GemmDef::Kernel::Arguments& args, const Fp8
 
 // part: the rows of each group this kernel computes (SplitRows); write_zeros = false: the other kernel of a split
 // zeroes the rows past the total.
-// defer != nullptr: the setup and zero kernels are queued on `stream`, the GEMM is left in *defer.
+// defer != nullptr: the setup, repack and zero kernels are queued on `stream`, the GEMM is left in *defer.
 template <class GemmDef>
 ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8Call& c,
                              const DeviceInfo& dev, RowPart part = RowPart::kAll, bool write_zeros = true,
@@ -200,22 +239,33 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
   using Arr = Fp8GroupArrays<GemmDef>;
   typename Kernel::Arguments args;
   JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
+  const int64_t kb = CeilDiv(c.k, kScaleBlock);
   Arr arr;
   void* workspace = nullptr;
-  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8", c.g, Kernel::get_workspace_size(args),
-                                              dev.sm_count, &arr, &workspace));
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8", c.g, static_cast<size_t>(c.m * kb),
+                                              Kernel::get_workspace_size(args), dev.sm_count, &arr, &workspace));
 
   // 1. Per-group metadata.
   Fp8SetupGroupsKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
-      static_cast<const typename Arr::ElementB*>(c.b), c.a_scale, c.b_scale,
+      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale,
       static_cast<typename Arr::ElementD*>(c.d), part);
   JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
 
-  // 2. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
+  // 2. Scales into CUTLASS's per-group layout.
+  {
+    int64_t blocks = CeilDiv(c.m * kb, kRepackThreads);
+    const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
+    blocks = blocks > max_blocks ? max_blocks : blocks;
+    RepackScalesKernel<<<static_cast<unsigned>(blocks), kRepackThreads, 0, stream>>>(
+        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb, part);
+    JMF_CUDA_CHECK_LAUNCH("RepackScalesKernel launch");
+  }
+
+  // 3. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
   if (write_zeros) JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
 
-  // 3. The grouped GEMM with device-only problem shapes (lhs scales read in place: see GroupedGemmFp8Blockwise).
+  // 4. The grouped GEMM with device-only problem shapes.
   if (defer != nullptr) {
     *defer = [args, arr, g = c.g, workspace](cudaStream_t s) mutable {
       return LaunchFp8Grouped<GemmDef>(args, arr, g, workspace, s);
@@ -329,12 +379,12 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
   JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
   Arr arr;
   void* workspace = nullptr;
-  JMF_RETURN_IF_ERROR(CarveFp8Arrays<SetupDef>(ws, "grouped_gemm_fp8", c.g, Kernel::get_workspace_size(args),
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<SetupDef>(ws, "grouped_gemm_fp8", c.g, 0, Kernel::get_workspace_size(args),
                                                dev.sm_count, &arr, &workspace));
   Fp8SetupGroupsKernel<SetupDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.sizes, c.g, c.m, c.k, c.n, static_cast<const typename Arr::ElementA*>(c.a),
-      static_cast<const typename Arr::ElementB*>(c.b), c.a_scale, c.b_scale,
-      static_cast<typename Arr::ElementD*>(c.d), RowPart::kAll);
+      static_cast<const typename Arr::ElementB*>(c.b), c.b_scale, static_cast<typename Arr::ElementD*>(c.d),
+      RowPart::kAll);
   JMF_CUDA_CHECK_LAUNCH("Fp8SetupGroupsKernel launch");
   JMF_RETURN_IF_ERROR(ZeroTailRows(c.d, arr.total, c.m, c.n * 2, dev.sm_count, stream));
   args.problem_shape = GroupShape{static_cast<int32_t>(c.g), arr.shapes, nullptr};
@@ -705,7 +755,7 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   JMF_RETURN_IF_ERROR(GroupedArguments<Kernel>(dev, c.g, &args));
   Arr arr;
   void* workspace = nullptr;
-  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8_wgrad", c.g, Kernel::get_workspace_size(args),
+  JMF_RETURN_IF_ERROR(CarveFp8Arrays<GemmDef>(ws, "grouped_gemm_fp8_wgrad", c.g, 0, Kernel::get_workspace_size(args),
                                               dev.sm_count, &arr, &workspace));
   Fp8WgradSetupKernel<GemmDef><<<1, kSetupThreads, 0, stream>>>(
       arr, c.plan, c.g, c.k, c.n, c.p, static_cast<const typename Arr::ElementA*>(c.a),

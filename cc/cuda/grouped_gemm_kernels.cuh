@@ -403,11 +403,7 @@ struct GroupedGemmFp8Blockwise {
   static constexpr int kAlignB = 16;
   static constexpr int kAlignOut = 16 / sizeof(ElementOut);
 
-  // A's scales K-major for the forward and dgrad (kScaleN == 128): [rows, K/128] row-major as quantize writes them,
-  // read in place through a pointer to each group's first row, where CUTLASS's default M-major layout needed a
-  // repacking kernel before every GEMM. The wgrad's (kScaleN == 1) come M-major from its own quantisation.
-  static constexpr cute::GMMA::Major kMajorSFA = kScaleN == 128 ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128, kMajorSFA>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 

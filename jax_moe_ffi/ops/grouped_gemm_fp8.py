@@ -53,12 +53,12 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _workspace_bytes(g: int) -> int:
+def _workspace_bytes(g: int, m: int, k: int) -> int:
     """Twice (the cluster split launches two kernels, each with its own half): per-group metadata (< 512 B a
-    group), per-group TMA descriptors where the kernel takes them prebuilt (3 x 128 B a group) and CUTLASS's
-    per-SM TMA descriptors (1 MiB covers 1024 SMs). The lhs scales are read in place (K-major), so nothing
-    scales with M or K. The handler checks it."""
-    return 2 * (896 * g + (1 << 20) + 4096)
+    group), per-group TMA descriptors where the kernel takes them prebuilt (3 x 128 B a group), the repacked lhs
+    scales (M * K/128 floats) and CUTLASS's per-SM TMA descriptors (1 MiB covers 1024 SMs). The handler checks
+    it."""
+    return 2 * (896 * g + 4 * m * _cdiv(k, BLOCK) + (1 << 20) + 4096)
 
 
 def _expand_rows(scale, n_cols: int):
@@ -84,7 +84,7 @@ def _fp8_call(a, sa, bt, sb, group_sizes):
     m, k = a.shape
     g, n, _ = bt.shape
     out = jax.ShapeDtypeStruct((m, n), jnp.bfloat16)
-    ws = jax.ShapeDtypeStruct((_workspace_bytes(g),), jnp.uint8)
+    ws = jax.ShapeDtypeStruct((_workspace_bytes(g, m, k),), jnp.uint8)
     cuda_call = jax.ffi.ffi_call(FP8_TARGET, (out, ws), vmap_method="sequential")
 
     def cuda_fn(*args):
