@@ -241,9 +241,10 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
     hoisted = []  # (scan path, number of weights quantised before the loop)
     for p in plan.all_plans():
         for e, subs in p.subplans.items():
-            if e.kind == "scan":
+            h = _interp.hoistable_fp8_inputs(subs[0]) if e.kind == "scan" else {}
+            if h:  # the carry's weights change every iteration: those stay in the body
                 nc, nk = _interp._scan_split(e.params, e.ins)
-                h = [i for i in _interp.hoistable_fp8_inputs(subs[0]) if i < nc or i >= nc + nk]
+                h = [i for i in h if i < nc or i >= nc + nk]
                 if h:
                     hoisted.append((p.path + "scan/", len(h)))
     if hoisted:

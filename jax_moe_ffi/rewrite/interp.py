@@ -346,10 +346,10 @@ def remat_prevent_cse(model_prevent_cse: bool, in_loop_body: bool, options) -> b
     optimization barrier on every input of the backward's recompute; in a scanned layer those inputs include
     the layer's weights, which XLA slices out of the stacked weights, so the barrier makes it copy them
     (on the Qwen3 train step: three 403 MB expert weights a layer) where the grouped GEMMs would otherwise
-    read the slice in place (XLA's dynamic-slice fusion). Directly
-    in a loop body the barrier has nothing to prevent -- the forward and the recompute are in different
-    loops, so XLA cannot merge them; jax.checkpoint's documentation names scan as the case for
-    prevent_cse=False -- so the rebuilt region drops it there, unless optimize(keep_prevent_cse=True)."""
+    read the slice in place (XLA's dynamic-slice fusion). Directly in a loop body the barrier has nothing to
+    prevent -- the forward and the recompute are in different loops, so XLA cannot merge them; jax.checkpoint's
+    documentation names scan as the case for prevent_cse=False -- so the rebuilt region drops it there, unless
+    optimize(keep_prevent_cse=True)."""
     if options.get("keep_prevent_cse") or not in_loop_body:
         return model_prevent_cse
     return False
@@ -400,7 +400,7 @@ def _structured(e, subs, vals, in_loop_body=False, fp8_in=None):
     p = e.params
     fp8_in = fp8_in or {}
     if e.kind == "scan":
-        from jax_moe_ffi.ops.grouped_gemm_fp8 import Fp8Weights
+        from jax_moe_ffi.ops.grouped_gemm_fp8 import Fp8Weights, quantize_weights
         sp = subs[0]
         nc, nk = _scan_split(p, vals)
         consts, init, xs = vals[:nc], vals[nc:nc + nk], vals[nc + nk:]
@@ -409,7 +409,6 @@ def _structured(e, subs, vals, in_loop_body=False, fp8_in=None):
         xs_fp8 = []  # (body invar index, leaves [L, E, ...], treedef, [E, A, B], transpose_rhs): stacked weights
         for i, tr in sorted(hoist.items()):
             if i < nc:  # the same weight in every iteration: quantised once (or already, further out)
-                from jax_moe_ffi.ops.grouped_gemm_fp8 import quantize_weights
                 const_fp8[i] = fp8_in[i] if i in fp8_in else quantize_weights(vals[i], transpose_rhs=tr)
             elif i >= nc + nk:
                 leaves, tree = _hoisted_fp8_weights(vals[i], tr)
