@@ -3,12 +3,12 @@ top-k sizes, depth reduced, `lax.scan` over layers), full step (forward, backwar
 naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mode="exact")`,
 `optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
-dropless anchors on XLA's `ragged_dot` and tokamax (when importable); `ours_exact_noremat` (not in the default
-list) is the model without jax.checkpoint on its layers; `*_keepcse` (not in the default list) are optimized variants
-that keep the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body, and
-`tokamax_nocse` the tokamax anchor written with prevent_cse=False, `ours_fp8*_inbody` the FP8 variants with the weights
-quantised per layer inside the scan (optimize() hoists it before the loop). Reports step time, tokens/s, model TFLOP/s (model FLOPs,
-no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
+dropless anchors on XLA's `ragged_dot` and tokamax (when importable). Not in the default list:
+`ours_exact_noremat` (the model without jax.checkpoint on its layers); `*_keepcse` (optimized variants that keep
+the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body); `tokamax_nocse` (the
+tokamax anchor written with prevent_cse=False); `ours_fp8*_inbody` (the FP8 variants with the weights quantised per
+layer inside the scan, where optimize() quantises them once before it). Reports step time, tokens/s, model TFLOP/s
+(model FLOPs, no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
 the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
 
   python benchmarks/train_step.py                       # GPU: Qwen3-30B-A3B shapes, 4 layers, bf16
