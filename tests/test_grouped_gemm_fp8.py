@@ -532,11 +532,16 @@ def _scan_decoder_case():
         p0 = jax.tree.map(lambda a: a[0], ps)
         return jax.lax.scan(lambda h, _: (h + models.dense_moe(p0, h, k), None), x, None, length=layers)[0]
 
+    def reversed_remat(ps, x):  # layers last to first, each under jax.checkpoint: the hoisted slices must follow
+        block = jax.checkpoint(lambda h, p: (h + models.dense_moe(p, h, k), None))
+        return jax.lax.scan(block, x, ps, reverse=True)[0]
+
     return stacked, x, {"stacked": lambda ps, x: jnp.sum(models.moe_decoder(ps, x, k) ** 2),
-                        "shared": lambda ps, x: jnp.sum(shared(ps, x) ** 2)}
+                        "shared": lambda ps, x: jnp.sum(shared(ps, x) ** 2),
+                        "reversed": lambda ps, x: jnp.sum(reversed_remat(ps, x) ** 2)}
 
 
-@pytest.mark.parametrize("which", ["stacked", "shared"])
+@pytest.mark.parametrize("which", ["stacked", "shared", "reversed"])
 @pytest.mark.parametrize("offload", [None, "device"])
 def test_pass_hoists_the_fp8_weight_quantisation_out_of_the_scan(which, offload, monkeypatch):
     """optimize(recipe="blockwise") on a scanned decoder quantises the expert weights once before the loop: the
