@@ -320,8 +320,10 @@ def _run_tiles(where, tiles):
     import subprocess
     import sys
 
+    tiles, _, repack = tiles.partition("@")  # <tiles>@rows: JAX_MOE_FFI_FP8_REPACK=rows
     tiles, _, launch = tiles.partition("+")  # <tiles>+stream: a split's second kernel on a side stream
-    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles, JAX_MOE_FFI_SECOND_LAUNCH=launch or "serial")
+    env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles, JAX_MOE_FFI_SECOND_LAUNCH=launch or "serial",
+               JAX_MOE_FFI_FP8_REPACK=repack or "elements")
     subprocess.run([sys.executable, "-c", _TILES_SCRIPT, str(where), str(len(WIDE_CASES))], env=env, check=True,
                    timeout=240)
     return [np.load(where / f"out{i}.npy") for i in range(len(WIDE_CASES))]
@@ -349,7 +351,8 @@ def wide_cases_128x128(tmp_path_factory):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", ["auto", "wide", "wide_c21", "wide_rs", "wide_rs_c21", "wide_one_slice",
-                                   "wide_one_slice_c21", "split", "split+stream", "tail64", "tail64+stream"])
+                                   "wide_one_slice_c21", "split", "split+stream", "tail64", "tail64+stream",
+                                   "auto@rows", "large@rows", "split@rows", "tail64@rows"])
 def test_gpu_fp8_wide_tiles_match_128x128_bitwise(wide_cases_128x128, tiles):
     """JAX_MOE_FFI_FP8_TILES=wide / wide_c21 / wide_rs / wide_rs_c21 / wide_one_slice / wide_one_slice_c21 (128x256
     tiles, the result promoted in column slices, A from shared memory or registers, two 64-column slice accumulators
@@ -361,7 +364,9 @@ def test_gpu_fp8_wide_tiles_match_128x128_bitwise(wide_cases_128x128, tiles):
     128x128 for N = 128, 256 and 520) do per output element the float32 operations of the 128x128 kernel
     (`large`) in its order, so the outputs are bitwise equal. Scales differ by up to 2^12 between slices and tiles
     (_block_scaled_case), and each output is also checked against the float32 reference, so a wrong slice-to-column
-    or scale mapping fails either way."""
+    or scale mapping fails either way. @rows: the lhs scales repacked by one thread per row
+    (JAX_MOE_FFI_FP8_REPACK=rows), whole groups and the splits' parts; a scale put in another row's slot would show.
+    """
     where, refs, large = wide_cases_128x128
     for i, (case, theirs) in enumerate(zip(WIDE_CASES, _run_tiles(where, tiles))):
         wide = theirs.view(jnp.bfloat16).astype(np.float32)
