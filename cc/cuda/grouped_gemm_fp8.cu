@@ -120,6 +120,16 @@ __global__ void __launch_bounds__(kSetupThreads)
   if (threadIdx.x == 0) *arr.total = carry < m ? carry : m;
 }
 
+// The rows of the group holding row r (< the clipped total): the first g with ends[g] > r (ends is non-decreasing).
+__device__ __forceinline__ GroupRows GroupOfRow(const int64_t* __restrict__ ends, int64_t num_groups, int64_t r) {
+  int64_t lo = 0, hi = num_groups - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (ends[mid] > r) hi = mid; else lo = mid + 1;
+  }
+  return GroupRows{lo > 0 ? ends[lo - 1] : 0, ends[lo]};
+}
+
 // lhs_scale [M, KB] (row-major) -> per group g a [KB, m_g] block at sfa + begin_g * KB; with a split (part), per
 // group the block of this kernel's rows [b, e) at sfa + b * KB, and rows of the other part skipped.
 // Thread i handles (kb, r) = (i / M, i % M): consecutive threads write consecutive rows of a block.
@@ -136,13 +146,7 @@ __global__ void __launch_bounds__(kRepackThreads)
     const int64_t blk = i / m;
     const int64_t r = i - blk * m;
     if (r >= total) continue;
-    // The group holding row r: the first g with ends[g] > r (ends is non-decreasing).
-    int64_t lo = 0, hi = num_groups - 1;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (ends[mid] > r) hi = mid; else lo = mid + 1;
-    }
-    const GroupRows p = SplitRows(GroupRows{lo > 0 ? ends[lo - 1] : 0, ends[lo]}, part);
+    const GroupRows p = SplitRows(GroupOfRow(ends, num_groups, r), part);
     if (r < p.begin || r >= p.end) continue;  // the other kernel's row
     sfa[p.begin * kb + blk * (p.end - p.begin) + (r - p.begin)] = lhs_scale[r * kb + blk];
   }
@@ -159,12 +163,7 @@ __global__ void __launch_bounds__(kRepackThreads)
   const int64_t total = *total_rows;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < total; r += stride) {
-    int64_t lo = 0, hi = num_groups - 1;  // the first g with ends[g] > r
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (ends[mid] > r) hi = mid; else lo = mid + 1;
-    }
-    const GroupRows p = SplitRows(GroupRows{lo > 0 ? ends[lo - 1] : 0, ends[lo]}, part);
+    const GroupRows p = SplitRows(GroupOfRow(ends, num_groups, r), part);
     if (r < p.begin || r >= p.end) continue;  // the other kernel's row
     const float* src = lhs_scale + r * kb;
     float* dst = sfa + p.begin * kb + (r - p.begin);
