@@ -138,7 +138,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
       XLA copy the layer's weights out of the stacked weights every step. True keeps the model's setting.
       The values computed are the same (gradients bitwise on the CPU, tests/test_rewrite.py); on the GPU XLA may
       fuse the backward differently, so bf16 results can differ by rounding. On the H200 Qwen3-shaped train step
-      dropping it took 3.5-6.4% off the step (README "Training step", session 26).
+      dropping it took 3.0-6.4% off the step (README "Training step", session 26).
     If nothing matches, the function runs unchanged and a warning is given once.
     """
     offload = _check_opts(mode, recipe, offload, streams)
