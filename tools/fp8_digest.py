@@ -3,7 +3,8 @@ bitwise (run once per library, JAX_MOE_FFI_CUDA_LIB set differently, and diff th
 quantised operands (forward, and the dgrad's transposed-weight form), even and skewed groups, inputs from a fixed
 seed. A changed scale layout or group mapping changes the digests; a pure refactor keeps them.
 
-  JAX_MOE_FFI_CUDA_LIB=a.so python tools/fp8_digest.py > a.txt; JAX_MOE_FFI_CUDA_LIB=b.so python tools/fp8_digest.py > b.txt
+  JAX_MOE_FFI_CUDA_LIB=a.so python tools/fp8_digest.py > a.txt
+  JAX_MOE_FFI_CUDA_LIB=b.so python tools/fp8_digest.py > b.txt; diff a.txt b.txt
 """
 import hashlib
 import sys
