@@ -7,7 +7,8 @@ dropless anchors on XLA's `ragged_dot` and tokamax (when importable). Not in the
 `ours_exact_noremat` (the model without jax.checkpoint on its layers); `*_keepcse` (optimized variants that keep
 the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body); `tokamax_nocse` (the
 tokamax anchor written with prevent_cse=False); `ours_fp8*_inbody` (the FP8 variants with the weights quantised per
-layer inside the scan, where optimize() quantises them once before it). Reports step time, tokens/s, model TFLOP/s
+layer inside the scan, where optimize() quantises them once before it); `<variant>_noinit` (any variant compiled
+under `runtime.uninitialized_scan_outputs()`: its scans' stacked outputs are not zero-filled first). Reports step time, tokens/s, model TFLOP/s
 (model FLOPs, no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
 the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
 
@@ -19,6 +20,7 @@ Writes benchmarks/results/train_step_<machine>.{json,md,png}.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -32,6 +34,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import jax_moe_ffi as jmf  # noqa: E402
+from jax_moe_ffi import runtime  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +240,6 @@ def main(argv=None):
                     help=f"load-balancing loss weight (default {Config.aux_loss}; 0 turns it off)")
     args = ap.parse_args(argv)
     if args.xla_flags == "runtime":
-        from jax_moe_ffi import runtime
         print("XLA flags added:", runtime.apply_xla_flags())
     cfg = TINY if args.tiny else Config()
     if args.aux_loss is not None:
@@ -290,13 +292,18 @@ def main(argv=None):
     opt = optax.adamw(optax.linear_schedule(0.0, 1e-3, args.warmup))
     rows = []
     for name in args.variants.split(","):
-        if name not in losses:
+        # <variant>_noinit: the same variant with its scans' stacked outputs left uninitialised
+        # (runtime.uninitialized_scan_outputs around its compilation), for the same-run A/B of the zero fill
+        base = name.removesuffix("_noinit")
+        if base not in losses:
             print(f"{name}: not run (not available here)")
             continue
+        scope = runtime.uninitialized_scan_outputs() if name != base else contextlib.nullcontext()
         kept = []  # capacity variants: the share of pairs their capacity keeps, on the timed step's inputs
         trained = (lambda p, b: kept.append(capacity_kept_share(cfg, p, b))) if name in CAPACITY_VARIANTS else None
         try:
-            ms, traj, peak = _common.train_variant(losses[name], params0, list(data), opt, trained=trained)
+            with scope:
+                ms, traj, peak = _common.train_variant(losses[base], params0, list(data), opt, trained=trained)
         except Exception as e:  # noqa: BLE001 - one failing variant must not cost the others
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"case": "tiny" if args.tiny else f"qwen3-30b-a3b x{cfg.layers} layers", "impl": name,

@@ -95,7 +95,7 @@ __all__ = ["xla_flags", "apply_xla_flags", "flag_available", "backend_initialize
            "streams_supported", "tag", "hidden_name", "offload_policy", "remat_with_offload", "OFFLOAD_NAMES",
            "FP8_WEIGHTS_NAME", "OFFLOAD_MODES", "offload_mode", "offload_placement", "moe_remat_policy",
            "PREFIX", "SHARED_EXPERT_STREAM", "DISPATCH_STREAM", "memory_report", "offloaded_bytes",
-           "device_peak_bytes", "lowered_text"]
+           "device_peak_bytes", "lowered_text", "uninitialized_scan_outputs"]
 
 # ============================================================================================ XLA flags
 _T = "true"
@@ -513,3 +513,79 @@ def lowered_text(fn, *args, platform: str | None = None) -> str:
     """StableHLO of ``jax.jit(fn)`` on ``args``, lowered for ``platform`` ("cuda", "cpu"; default: this one)."""
     traced = jax.jit(fn).trace(*args)
     return traced.lower(lowering_platforms=(platform,) if platform else None).as_text()
+
+
+# ================================================================== scan outputs without a zero fill
+# lax.scan lowers to a while loop that writes each step's outputs into stacked [length, ...] buffers, and JAX
+# (<= 0.11) creates those buffers as a broadcast zero (`loops._empty_array`, with a TODO to use `lax.empty` once
+# "AllocateBuffer issues are fixed"). Every element is overwritten by the loop, so the fill is pure memory
+# traffic: in a scanned training step it zero-fills the forward's stacked residuals and the backward's stacked
+# weight gradients (the session-26 profile of benchmarks/train_step.py: 27 broadcast fusions, 3.3 ms a step).
+# `lax.empty` lowers to XLA's AllocateBuffer custom call on GPU/TPU (no kernel) and to the same zero broadcast on
+# CPU. Opt-in and scoped: it changes how JAX lowers every scan traced and lowered inside the `with` block.
+_SCAN_EMPTY_LOCK = threading.Lock()
+
+
+def _scan_loops_module():
+    try:
+        from jax._src.lax.control_flow import loops
+    except ImportError:
+        return None
+    fn = getattr(loops, "_empty_array", None)
+    if fn is None or list(inspect.signature(fn).parameters) != ["prefix", "length_spec", "aval"]:
+        return None
+    if "out_sharding" not in inspect.signature(jax.lax.empty).parameters:
+        return None
+    return loops
+
+
+def _plain_device_aval(aval) -> bool:
+    """Outputs this knob leaves to JAX: host memory spaces, explicit shardings, shard_map-varying values."""
+    from jax._src import core
+    if getattr(aval, "memory_space", core.MemorySpace.Device) != core.MemorySpace.Device:
+        return False
+    if tuple(getattr(getattr(aval, "mat", None), "varying", ()) or ()):
+        return False
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    spec = getattr(sharding, "spec", ())
+    return (mesh is None or getattr(mesh, "empty", True)) and all(p is None for p in spec)
+
+
+@contextlib.contextmanager
+def uninitialized_scan_outputs(enable: bool = True):
+    """Within the block, ``lax.scan``'s stacked outputs start as uninitialised buffers (``lax.empty``: XLA's
+    AllocateBuffer on GPU) instead of a zero fill. Results are unchanged (the loop writes every element); what
+    goes is one full write of every stacked output before each scan runs. Use it around the first call (the
+    lowering) of a jitted step::
+
+        step = jax.jit(train_step)
+        with jax_moe_ffi.runtime.uninitialized_scan_outputs():
+            state = step(state, batch)   # traced, lowered and compiled here; later calls reuse it
+
+    Entering the block clears JAX's caches (``jax.clear_caches()``: functions lowered earlier are lowered again
+    on their next call, here with the knob); executables compiled inside are kept after the block. Outputs in
+    host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the installed JAX
+    lacks the internals this relies on, the block warns once and changes nothing."""
+    loops = _scan_loops_module() if enable else None
+    if loops is None:
+        if enable:
+            _warn_once("scan-empty", "uninitialized_scan_outputs: this JAX version has no compatible "
+                       "lax.scan output allocation; scans keep their zero-filled outputs")
+        yield False
+        return
+    original = loops._empty_array
+
+    def empty_array(prefix, length_spec, aval):
+        if not _plain_device_aval(aval):
+            return original(prefix, length_spec, aval)
+        return jax.lax.empty((*prefix, *aval.shape), aval.dtype)
+
+    with _SCAN_EMPTY_LOCK:
+        # JAX caches lowerings by jaxpr: a function lowered before the block would come back zero-filled
+        jax.clear_caches()
+        loops._empty_array = empty_array
+        try:
+            yield True
+        finally:
+            loops._empty_array = original

@@ -396,3 +396,62 @@ def test_moe_remat_policy_adds_the_tags_to_the_regions_own_policy():
                 rt.moe_remat_policy(mixed)):
         for a, b in zip(jax.grad(jax.checkpoint(f, policy=pol), (0, 1))(w, x), g0):
             np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- scan outputs without the zero fill
+def _scanned_layers(ws, h):
+    """A scan over stacked layer weights with stacked per-layer outputs; its gradient's scan stacks dW."""
+    def layer(h, w):
+        y = jnp.tanh(h @ w)
+        return y, jnp.sum(y * y, axis=-1)
+    return jax.lax.scan(layer, h, ws)
+
+
+def _cuda_text(fn, *args):
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_uninitialized_scan_outputs_allocates_instead_of_zero_filling():
+    ws = jax.random.normal(key(), (3, 16, 16)) / 4
+    h = jax.random.normal(key(), (5, 16))
+    loss = lambda ws, h: jnp.sum(_scanned_layers(ws, h)[1]) + jnp.sum(_scanned_layers(ws, h)[0] ** 2)
+    grad = jax.value_and_grad(loss, argnums=(0, 1))
+    before = _cuda_text(grad, ws, h)
+    with rt.uninitialized_scan_outputs() as active:
+        assert active
+        inside = _cuda_text(grad, ws, h)
+        got = jax.jit(grad)(ws, h)
+    # forward scans stack the per-layer sums (and the residuals for the backward); the backward scan stacks dW
+    assert "AllocateBuffer" not in before
+    assert inside.count("AllocateBuffer") >= 3, inside.count("AllocateBuffer")
+    zero_splats = lambda t: len(re.findall(r"stablehlo.broadcast_in_dim %cst\w*, dims = \[\] : \(tensor<f32>\) -> "
+                                           r"tensor<3x", t))
+    assert zero_splats(inside) < zero_splats(before)
+    # the zero fill was dead: values and gradients are those of the default lowering (CPU lowers lax.empty to
+    # zeros, so here this checks the block breaks nothing; the GPU A/B in benchmarks/train_step.py compares losses)
+    want = jax.jit(jax.value_and_grad(lambda ws, h: loss(ws, h) + 0.0, argnums=(0, 1)))(ws, h)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(a, b)
+    # the original allocation is back after the block (a fresh function: lowerings are cached by jaxpr)
+    after = _cuda_text(jax.value_and_grad(lambda ws, h: loss(ws, h) * 1.0, argnums=(0, 1)), ws, h)
+    assert "AllocateBuffer" not in after
+
+
+def test_uninitialized_scan_outputs_keeps_host_and_disabled_cases(monkeypatch):
+    ws = jax.random.normal(key(), (2, 8, 8))
+    h = jax.random.normal(key(), (4, 8))
+    fn = lambda ws, h: _scanned_layers(ws, h)[1]
+    with rt.uninitialized_scan_outputs(enable=False) as active:
+        assert not active and "AllocateBuffer" not in _cuda_text(lambda a, b: fn(a, b) + 1.0, ws, h)
+    # a JAX without the internals: one warning, nothing changed
+    from jax._src.lax.control_flow import loops
+    monkeypatch.setattr(loops, "_empty_array", lambda prefix, aval: None)
+    rt._warned.discard("scan-empty")
+    with pytest.warns(UserWarning, match="zero-filled"):
+        with rt.uninitialized_scan_outputs() as active:
+            assert not active
+    monkeypatch.undo()
+    from jax._src import core
+    host = core.ShapedArray((4,), jnp.float32, memory_space=core.MemorySpace.Host)
+    dev = core.ShapedArray((4,), jnp.float32)
+    assert not rt._plain_device_aval(host) and rt._plain_device_aval(dev)
