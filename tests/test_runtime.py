@@ -455,3 +455,39 @@ def test_uninitialized_scan_outputs_keeps_host_and_disabled_cases(monkeypatch):
     host = core.ShapedArray((4,), jnp.float32, memory_space=core.MemorySpace.Host)
     dev = core.ShapedArray((4,), jnp.float32)
     assert not rt._plain_device_aval(host) and rt._plain_device_aval(dev)
+
+
+def poison_free_device_memory(fraction: float = 0.8):
+    """Fills most of the device's free memory with NaN and frees it again: a buffer that is later allocated
+    there and not fully written reads NaN."""
+    stats = jax.local_devices()[0].memory_stats()
+    chunk = 1 << 30
+    held = [jnp.full((chunk // 4,), jnp.nan, jnp.float32)
+            for _ in range(int((stats["bytes_limit"] - stats["bytes_in_use"]) * fraction) // chunk)]
+    jax.block_until_ready(held)
+    assert held, stats
+    del held
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layers", [1, 3])
+def test_gpu_uninitialized_scan_outputs_leave_no_element_unwritten(layers):
+    fn, args = examples_decoder_scan(layers)
+    fast = jmf.optimize(fn, offload="device")
+    vg = jax.value_and_grad(lambda p, x: jnp.sum(jnp.tanh(fast(p, x)) ** 2), (0, 1))
+    want = jax.jit(vg)(*args)
+    with rt.uninitialized_scan_outputs():
+        step = jax.jit(lambda p, x: vg(p, x))
+        assert "AllocateBuffer" in step.lower(*args).as_text()
+        step(*args)  # compiled here
+    poison_free_device_memory()
+    got = step(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.all(np.isfinite(np.asarray(a)))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def examples_decoder_scan(layers):
+    from jax_moe_ffi import examples
+    return examples.decoder_scan(tokens=512, d_model=128, d_ff=256, experts=8, layers=layers,
+                                 seed=int(np.random.SeedSequence().entropy % 1000))
