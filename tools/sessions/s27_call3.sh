@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Session 27, call 3: the issue-8 table with every variant beside its *_noinit twin (compiled under
+# runtime.uninitialized_scan_outputs()), README's command plus the twins.
+set -uo pipefail
+R=/tmp/r3; source tools/sessions/setup.sh
+T0=$SECONDS
+V=naive,naive_noinit,ours_exact,ours_exact_noinit,ours_exact_save,ours_exact_save_noinit,ours,ours_noinit,ours_save,ours_save_noinit
+V=$V,ours_fp8,ours_fp8_noinit,ours_fp8_save,ours_fp8_save_noinit,tokamax,tokamax_nocse,tokamax_nocse_noinit,xla_ragged_dot
+timeout 480 python3 benchmarks/train_step.py --xla-flags runtime --variants $V > $R/train_step.log 2>&1
+echo "train rc=$? at $((SECONDS - T0)) s"; grep "ms/step\|FAILED" $R/train_step.log | cut -c1-150
+cp benchmarks/results/train_step_h200.* $R/ 2>/dev/null
+tar czf $OUT_DEV/results.tgz -C $R .
