@@ -300,7 +300,7 @@ def main(argv=None):
             continue
         scope = runtime.uninitialized_scan_outputs() if name != base else contextlib.nullcontext()
         kept = []  # capacity variants: the share of pairs their capacity keeps, on the timed step's inputs
-        trained = (lambda p, b: kept.append(capacity_kept_share(cfg, p, b))) if name in CAPACITY_VARIANTS else None
+        trained = (lambda p, b: kept.append(capacity_kept_share(cfg, p, b))) if base in CAPACITY_VARIANTS else None
         try:
             with scope:
                 ms, traj, peak = _common.train_variant(losses[base], params0, list(data), opt, trained=trained)

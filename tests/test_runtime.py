@@ -483,11 +483,14 @@ def test_gpu_uninitialized_scan_outputs_leave_no_element_unwritten(layers):
     poison_free_device_memory()
     got = step(*args)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert np.all(np.isfinite(np.asarray(a)))
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.all(np.isfinite(a))
+        # bf16 through the CUDA kernels: the two executables may differ in XLA's own rounding, not by garbage
+        assert rel_err(a, b) < 1e-3
+        np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-2 * float(np.max(np.abs(b))))
 
 
 def examples_decoder_scan(layers):
     from jax_moe_ffi import examples
-    return examples.decoder_scan(tokens=512, d_model=128, d_ff=256, experts=8, layers=layers,
+    return examples.decoder_scan(tokens=512, d_model=128, d_ff=256, experts=8, layers=layers, dtype=jnp.bfloat16,
                                  seed=int(np.random.SeedSequence().entropy % 1000))
