@@ -30,7 +30,9 @@ What the rewrite pass (`jax_moe_ffi.rewrite.optimize(..., streams=, offload=)`) 
 For users and benchmarks: ``xla_flags()`` / ``apply_xla_flags()`` (checked against the installed jaxlib and
 PJRT plugins), ``memory_report(fn, *args)`` (compiled memory analysis), ``offloaded_bytes(fn, *args)``
 (bytes of residuals kept in host memory), ``device_peak_bytes()`` (``Device.memory_stats()``) and
-``lowered_text(fn, *args, platform=)`` (StableHLO, also cross-lowered for ``"cuda"`` from a CPU machine).
+``lowered_text(fn, *args, platform=)`` (StableHLO, also cross-lowered for ``"cuda"`` from a CPU machine), and
+``uninitialized_scan_outputs()`` (a ``with`` block: scans lowered inside leave their stacked outputs uninitialised
+instead of zero-filling them first; see its docstring).
 
 Why only the call. With JAX 0.11.2 and ``--xla_gpu_experimental_stream_annotation=true`` on an H200, a combine
 under ``on_stream`` inside ``lax.scan`` + ``jax.checkpoint`` + ``grad`` failed to compile with "NOT_FOUND: No
