@@ -568,7 +568,10 @@ def uninitialized_scan_outputs(enable: bool = True):
     Entering the block clears JAX's caches (``jax.clear_caches()``: functions lowered earlier are lowered again
     on their next call, here with the knob); executables compiled inside are kept after the block. Outputs in
     host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the installed JAX
-    lacks the internals this relies on, the block warns once and changes nothing."""
+    lacks the internals this relies on, the block warns once and changes nothing. Measured on one GPU only: in a
+    program that XLA partitions over several devices (``jit`` with shardings), how its SPMD partitioner places the
+    allocation is not checked (it may allocate the unsharded buffer on each device), so with more than one device
+    visible the block warns once."""
     loops = _scan_loops_module() if enable else None
     if loops is None:
         if enable:
@@ -576,6 +579,9 @@ def uninitialized_scan_outputs(enable: bool = True):
                        "lax.scan output allocation; scans keep their zero-filled outputs")
         yield False
         return
+    if jax.device_count() > 1:
+        _warn_once("scan-empty-multi", "uninitialized_scan_outputs: measured on one GPU; in a program partitioned "
+                   "over several devices XLA may allocate each scan output unsharded on every device")
     original = loops._empty_array
 
     def empty_array(prefix, length_spec, aval):

@@ -451,6 +451,13 @@ def test_uninitialized_scan_outputs_keeps_host_and_disabled_cases(monkeypatch):
         with rt.uninitialized_scan_outputs() as active:
             assert not active
     monkeypatch.undo()
+    # more than one device: a warning that partitioned programs are not checked (the knob still applies)
+    monkeypatch.setattr(jax, "device_count", lambda *a: 8)
+    rt._warned.discard("scan-empty-multi")
+    with pytest.warns(UserWarning, match="partitioned"):
+        with rt.uninitialized_scan_outputs() as active:
+            assert active
+    monkeypatch.undo()
     from jax._src import core
     host = core.ShapedArray((4,), jnp.float32, memory_space=core.MemorySpace.Host)
     dev = core.ShapedArray((4,), jnp.float32)
