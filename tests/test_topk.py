@@ -120,3 +120,34 @@ def test_the_pass_swaps_router_top_k_and_nothing_changes(monkeypatch):
     with pytest.warns(RuntimeWarning):  # no MoE site: behaviour-identical code, warned once
         plain = jmf.optimize(lambda x: jax.lax.top_k(x, 2))
         assert "jax_moe_ffi_top_k" not in jax.jit(plain).lower(x).as_text()
+
+
+@pytest.mark.parametrize("streams", [True, False])
+def test_the_pass_swaps_a_side_branch_top_k_too(streams):
+    """A load-balancing loss that routes again beside the MoE layer (its own top_k): with streams=True optimize()
+    evaluates it on the shared-expert stream as a side branch; its top_k is swapped there as well (before session
+    27 it stayed lax.top_k, which XLA:GPU sorts), with the same loss and gradients as lax.top_k."""
+    from jax_moe_ffi import models
+    p = models.init_moe_params(jax.random.PRNGKey(0), 64, 32, 8, jnp.float32)
+    x = jax.random.normal(jax.random.PRNGKey(np.random.SeedSequence().entropy % 1000), (96, 64))
+
+    def f(p, x):
+        probs = jax.nn.softmax(x @ p["router"], axis=-1)
+        _, e = jax.lax.top_k(probs, 2)  # the aux loss's own routing
+        aux = jnp.sum(jnp.mean(jax.nn.one_hot(e, 8), axis=(0, 1)) * jnp.mean(probs, axis=0))
+        return models.dense_moe(p, x, 2), aux
+
+    loss = lambda fn: (lambda p, x: (lambda y, a: jnp.sum(y ** 2) + a)(*fn(p, x)))
+    fast = jmf.optimize(f, mode="dropless", streams=streams)
+    text = jax.jit(fast).lower(p, x).as_text()
+    assert text.count("custom_call @jax_moe_ffi_top_k(") == 2, text.count("custom_call @jax_moe_ffi_top_k(")
+    assert "router top_k: 2 swapped" in str(jmf.explain(f, p, x))
+    y, a = jax.jit(fast)(p, x)
+    ref_y, ref_a = f(p, x)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(ref_a), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(ref_y), rtol=1e-4, atol=1e-5)
+    g = jax.grad(loss(fast))(p, x)
+    g_ref = jax.grad(loss(f))(p, x)
+    for k in g:  # dropless f32 accumulation order against the dense model's: relative to the leaf's norm
+        diff = np.linalg.norm(np.asarray(g[k]) - np.asarray(g_ref[k])) / np.linalg.norm(np.asarray(g_ref[k]))
+        assert diff < 1e-5, (k, diff)

@@ -185,7 +185,7 @@ def run(plan, args, fp8_weights=None):
         s = plan.site_at.get(node)
         if s is not None:
             if node in branches:
-                _run_on_stream(branches[node], order, on_branch, prog, read, env)
+                _run_on_stream(plan, branches[node], order, on_branch, read, env)
             read_stacked = _stacked_reader(s, read)
             env[s.out] = EM.emit_site(s, prog, read, plan.facts, plan.mode, read_stacked, plan.options, fp8_weights)
             continue
@@ -196,7 +196,7 @@ def run(plan, args, fp8_weights=None):
         if node in plan.ragged:
             outs = [RG.emit(node, plan.ragged[node], vals, plan.options.get("recipe"))]
         elif router_topk(plan, node):
-            outs = list(TK.top_k(vals[0], node.params["k"]))
+            outs = _swapped_top_k(node, vals)
         elif subs is not None and any(p.has_sites() for p in subs):
             fp8_in = {i: fp8_weights[v] for i, v in enumerate(node.ins) if isinstance(v, Var) and v in fp8_weights}
             outs = _structured(node, subs, vals, plan.loop_body, fp8_in)
@@ -287,10 +287,16 @@ def side_branches(plan, order):
     return branches
 
 
-def _run_on_stream(branch, order, on_branch, prog, read, env):
+def _swapped_top_k(node, vals):
+    return list(TK.top_k(vals[0], node.params["k"]))
+
+
+def _run_on_stream(plan, branch, order, on_branch, read, env):
     """Evaluates `branch` (nodes in order) as one function under runtime.on_stream; writes its outputs that
-    other nodes or the program's outputs use into env."""
+    other nodes or the program's outputs use into env. A top_k in it (e.g. a load-balancing loss's own routing)
+    is swapped as on the main stream."""
     from jax_moe_ffi import runtime
+    prog = plan.prog
     inside = {o for n in branch for o in n.outs}
     ext_in = []
     for n in branch:
@@ -304,7 +310,8 @@ def _run_on_stream(branch, order, on_branch, prog, read, env):
     def fn(*vals):
         local = dict(zip(ext_in, vals))
         for n in branch:
-            outs = bind(n, [local[x] if isinstance(x, Var) else x.val for x in n.ins])
+            args = [local[x] if isinstance(x, Var) else x.val for x in n.ins]
+            outs = _swapped_top_k(n, args) if router_topk(plan, n) else bind(n, args)
             local.update(zip(n.outs, outs))
         return [local[o] for o in ext_out]
 
