@@ -501,3 +501,17 @@ def examples_decoder_scan(layers):
     from jax_moe_ffi import examples
     return examples.decoder_scan(tokens=512, d_model=128, d_ff=256, experts=8, layers=layers, dtype=jnp.bfloat16,
                                  seed=int(np.random.SeedSequence().entropy % 1000))
+
+
+def test_explain_points_at_the_scan_zero_fill():
+    from jax_moe_ffi import examples
+    from jax_moe_ffi.rewrite import _fmt_bytes
+    fn, (stacked, x) = examples.decoder_scan(tokens=64, d_model=32, d_ff=64, experts=4, layers=3)
+    notes = " ".join(jmf.explain(fn, stacked, x).notes)
+    xs_bytes = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(stacked))
+    assert "zero-fills" in notes and "uninitialized_scan_outputs" in notes, notes
+    assert f"up to {_fmt_bytes(xs_bytes)}" in notes, (notes, xs_bytes)
+    # no scan, no note
+    plain = lambda p, x: models.dense_moe(p, x, 2)
+    p0 = jax.tree.map(lambda a: a[0], stacked)
+    assert "zero-fills" not in " ".join(jmf.explain(plain, p0, x).notes)
