@@ -526,6 +526,7 @@ def lowered_text(fn, *args, platform: str | None = None) -> str:
 # `lax.empty` lowers to XLA's AllocateBuffer custom call on GPU/TPU (no kernel) and to the same zero broadcast on
 # CPU. Opt-in and scoped: it changes how JAX lowers every scan traced and lowered inside the `with` block.
 _SCAN_EMPTY_LOCK = threading.Lock()
+_SCAN_EMPTY_CLEARED: list = []  # non-empty once a block has cleared JAX's caches
 
 
 def _scan_loops_module():
@@ -565,8 +566,10 @@ def uninitialized_scan_outputs(enable: bool = True):
         with jax_moe_ffi.runtime.uninitialized_scan_outputs():
             state = step(state, batch)   # traced, lowered and compiled here; later calls reuse it
 
-    Entering the block clears JAX's caches (``jax.clear_caches()``: functions lowered earlier are lowered again
-    on their next call, here with the knob); executables compiled inside are kept after the block. Outputs in
+    The first block entered in a process clears JAX's caches (``jax.clear_caches()``: functions lowered earlier
+    are lowered again on their next call, here with the knob); later blocks do not, so a block around every step
+    call costs nothing after the first, and a function first lowered outside any block keeps the zero fill.
+    Executables compiled inside are kept after the block. Outputs in
     host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the installed JAX
     lacks the internals this relies on, the block warns once and changes nothing. Measured on one GPU only: in a
     program that XLA partitions over several devices (``jit`` with shardings), how its SPMD partitioner places the
@@ -590,8 +593,11 @@ def uninitialized_scan_outputs(enable: bool = True):
         return jax.lax.empty((*prefix, *aval.shape), aval.dtype)
 
     with _SCAN_EMPTY_LOCK:
-        # JAX caches lowerings by jaxpr: a function lowered before the block would come back zero-filled
-        jax.clear_caches()
+        # JAX caches lowerings by jaxpr: a function lowered before the first block would come back zero-filled.
+        # Only the first entry clears them -- a block entered around every step must not recompile every step.
+        if not _SCAN_EMPTY_CLEARED:
+            jax.clear_caches()
+            _SCAN_EMPTY_CLEARED.append(True)
         loops._empty_array = empty_array
         try:
             yield True

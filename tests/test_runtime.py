@@ -419,8 +419,9 @@ def test_uninitialized_scan_outputs_allocates_instead_of_zero_filling():
     before = _cuda_text(grad, ws, h)
     with rt.uninitialized_scan_outputs() as active:
         assert active
-        inside = _cuda_text(grad, ws, h)
-        got = jax.jit(grad)(ws, h)
+        # a new function object: JAX caches lowerings, and only a process's first block clears the caches
+        inside = _cuda_text(lambda ws, h: grad(ws, h), ws, h)
+        got = jax.jit(lambda ws, h: grad(ws, h))(ws, h)
     # forward scans stack the per-layer sums (and the residuals for the backward); the backward scan stacks dW
     assert "AllocateBuffer" not in before
     assert inside.count("AllocateBuffer") >= 3, inside.count("AllocateBuffer")
@@ -515,3 +516,21 @@ def test_explain_points_at_the_scan_zero_fill():
     plain = lambda p, x: models.dense_moe(p, x, 2)
     p0 = jax.tree.map(lambda a: a[0], stacked)
     assert "zero-fills" not in " ".join(jmf.explain(plain, p0, x).notes)
+
+
+def test_uninitialized_scan_outputs_block_per_step_does_not_recompile():
+    ws = jax.random.normal(key(), (2, 8, 8))
+    h = jax.random.normal(key(), (4, 8))
+    traces = []
+
+    def loss(ws, h):
+        traces.append(1)  # runs once per trace: a cleared cache would trace (and compile) again
+        return _scanned_layers(ws, h)[1].sum()
+
+    step = jax.jit(loss)
+    with rt.uninitialized_scan_outputs():
+        first = step(ws, h)
+    for _ in range(3):  # a block around every call: traced and compiled once
+        with rt.uninitialized_scan_outputs():
+            np.testing.assert_array_equal(step(ws, h), first)
+    assert len(traces) == 1, len(traces)
