@@ -5,6 +5,8 @@ read NaN). Prints, per variant: NaN count, bitwise-equal leaves, the largest rel
 the default executable run twice and compiled twice (what the step's own nondeterminism is).
 
   python tools/scan_outputs_check.py --variants ours_save,ours_exact_save,ours_fp8_save [--out results.json]
+  XLA_FLAGS=--xla_gpu_deterministic_ops=true python tools/scan_outputs_check.py --variants ours_save
+      (XLA's deterministic reductions and scatters: then the two executables can be compared bit for bit)
 """
 import argparse
 import json
@@ -38,9 +40,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="ours_save,ours_exact_save,ours_fp8_save")
     ap.add_argument("--out", default="")
+    ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"])
     args = ap.parse_args()
     cfg = TS.Config()
-    TS.ATTENTION_IMPL[0] = TS.pick_attention("auto", cfg, jnp.bfloat16)
+    TS.ATTENTION_IMPL[0] = TS.pick_attention(args.attention, cfg, jnp.bfloat16)
     params = TS.init(cfg, jax.random.PRNGKey(0), jnp.bfloat16)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (cfg.batch, cfg.seq), 0, cfg.vocab)
     fns = PS.variants(cfg)
