@@ -534,3 +534,22 @@ def test_uninitialized_scan_outputs_block_per_step_does_not_recompile():
         with rt.uninitialized_scan_outputs():
             np.testing.assert_array_equal(step(ws, h), first)
     assert len(traces) == 1, len(traces)
+
+
+def test_uninitialized_scan_outputs_with_key_and_narrow_dtypes():
+    """Stacked PRNG keys (an extended dtype) and int4 outputs: lowered for cuda with AllocateBuffer, and the
+    same values as JAX's zero-filled scan."""
+    def f(k, x):
+        def body(c, xi):
+            k1, k2 = jax.random.split(c)
+            return k1, (k2, xi.astype(jnp.int4), jax.random.uniform(k2, (3,)))
+        return jax.lax.scan(body, k, x)
+    k, x = jax.random.key(int(np.random.SeedSequence().entropy % 1000)), jnp.arange(8).reshape(4, 2) % 7
+    want = jax.jit(f)(k, x)
+    with rt.uninitialized_scan_outputs():
+        g = lambda k, x: f(k, x)
+        assert "AllocateBuffer" in _cuda_text(g, k, x)
+        got = jax.jit(g)(k, x)
+    np.testing.assert_array_equal(jax.random.key_data(got[1][0]), jax.random.key_data(want[1][0]))
+    for a, b in zip(jax.tree.leaves(got[1][1:]), jax.tree.leaves(want[1][1:])):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
