@@ -422,6 +422,59 @@ def test_dispatch_rule_on_arbitrary_routings(t, k, r, d, scaled, seed):
     np.testing.assert_array_equal(np.asarray(_dispatch_xla(x, pos, row_pair, scale, k)), want)
 
 
+
+@settings(max_examples=25, deadline=None)
+@given(t=st.integers(1, 12), k=st.integers(1, 5), r=st.integers(0, 40), d=st.integers(1, 9),
+       seed=st.integers(0, 2**31 - 1))
+def test_combine_fallback_matches_the_cpu_target(t, k, r, d, seed):
+    """The combine's pure-JAX fallback (what a GPU without the CUDA library and other platforms run) against the
+    CPU target on arbitrary positions (in range, out of range): out[t] = sum over valid pairs of w * rows[pos];
+    an invalid pair adds exactly 0, even with an infinite weight (its weight is masked, its row is the zero row)."""
+    from jax_moe_ffi.ops import dispatch as D
+    rng = np.random.default_rng(seed)
+    rows = jnp.asarray(rng.standard_normal((r, d)), jnp.float32)
+    pos = jnp.asarray(rng.integers(-2, r + 2, (t, k)), jnp.int32)
+    valid = (np.asarray(pos) >= 0) & (np.asarray(pos) < r)
+    w = np.asarray(rng.random((t, k)) + 0.25, np.float32)
+    w[~valid] = np.inf  # a dropped pair's weight must not leak into the sum
+    w = jnp.asarray(w)
+    want = jax.jit(D._combine_call)(rows, pos, w)
+    on_platforms = D._on_platforms
+    D._on_platforms = lambda ffi_fn, xla_fn, target, *args: xla_fn(*args)  # the fallback, on this CPU
+    try:
+        got = jax.jit(D._combine_call)(rows, pos, w)
+    finally:
+        D._on_platforms = on_platforms
+    ref_np = np.zeros((t, d), np.float64)
+    for i in range(t):
+        for j in range(k):
+            if valid[i, j]:
+                ref_np[i] += float(w[i, j]) * np.asarray(rows, np.float64)[int(pos[i, j])]
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(np.asarray(got), ref_np, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_fallbacks_save_no_constant_token_sized_residual():
+    """A scanned, checkpointed MoE layer under optimize(streams=True): the combine runs in a stream region, whose
+    partial evaluation turns arrays built from constants alone into residuals (computed by an argument-less
+    region that XLA hoists out of the loop), and a platform-dependent cond zero-fills the residual slots of the
+    branches it does not take -- so a pure-JAX fallback that builds a [T, k, D] array from constants cost every
+    GPU step a 537 MB fill (Qwen3 step, session 27) although the GPU runs the CUDA kernel. Lowered for cuda here
+    (no CUDA library on this machine: the fallback is the branch taken, its residuals visible)."""
+    import re
+    from jax_moe_ffi import examples
+    t, k, d = 64, 2, 48
+    fn, (stacked, x) = examples.decoder_scan(tokens=t, d_model=d, d_ff=32, experts=8, top_k=k, layers=3,
+                                             dtype=jnp.bfloat16)
+    fast = jmf.optimize(fn, mode="dropless", offload="device", streams=True)
+    loss = lambda p, x: jnp.sum(fast(p, x).astype(jnp.float32) ** 2)
+    text = jax.jit(jax.value_and_grad(loss)).trace(stacked, x).lower(lowering_platforms=("cuda",)).as_text()
+    consts = [shape for _, outs in re.findall(r"func.func private @(\w+)\(\) -> \(?([^{]*)", text)
+              for shape in re.findall(r"tensor<([0-9x]+)x\w+>", outs)]
+    sizes = [int(np.prod([int(v) for v in shp.split("x")])) for shp in consts]
+    assert sizes and max(sizes) < t * d, consts  # [T, k] masks and a [1, D] zero row only
+
 # ------------------------------------------------------------------------------- transformations
 def test_jit_checkpoint_and_scan():
     rng = np.random.default_rng()
