@@ -525,7 +525,7 @@ def lowered_text(fn, *args, platform: str | None = None) -> str:
 # weight gradients (the session-26 profile of benchmarks/train_step.py: 27 broadcast fusions, 3.3 ms a step).
 # `lax.empty` lowers to XLA's AllocateBuffer custom call on GPU/TPU (no kernel) and to the same zero broadcast on
 # CPU. Opt-in and scoped: it changes how JAX lowers every scan traced and lowered inside the `with` block.
-_SCAN_EMPTY_LOCK = threading.Lock()
+_SCAN_EMPTY_LOCK = threading.RLock()  # re-entrant: a block nested in a block
 _SCAN_EMPTY_CLEARED: list = []  # non-empty once a block has cleared JAX's caches
 
 
@@ -543,7 +543,8 @@ def _scan_loops_module():
 
 
 def _plain_device_aval(aval) -> bool:
-    """Outputs this knob leaves to JAX: host memory spaces, explicit shardings, shard_map-varying values."""
+    """Whether the knob may leave this stacked output uninitialised: device memory, no explicit sharding, not
+    varying over a shard_map axis (everything else keeps JAX's zero fill)."""
     from jax._src import core
     if getattr(aval, "memory_space", core.MemorySpace.Device) != core.MemorySpace.Device:
         return False
@@ -569,12 +570,13 @@ def uninitialized_scan_outputs(enable: bool = True):
     The first block entered in a process clears JAX's caches (``jax.clear_caches()``: functions lowered earlier
     are lowered again on their next call, here with the knob); later blocks do not, so a block around every step
     call costs nothing after the first, and a function first lowered outside any block keeps the zero fill.
-    Executables compiled inside are kept after the block. Outputs in
-    host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the installed JAX
-    lacks the internals this relies on, the block warns once and changes nothing. Measured on one GPU only: in a
-    program that XLA partitions over several devices (``jit`` with shardings), how its SPMD partitioner places the
-    allocation is not checked (it may allocate the unsharded buffer on each device), so with more than one device
-    visible the block warns once."""
+    Executables compiled inside are kept after the block; blocks may nest.
+
+    Outputs in host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the
+    installed JAX lacks the internals this relies on, the block warns once and changes nothing. Measured on one
+    GPU only: in a program that XLA partitions over several devices (``jit`` with shardings), how its SPMD
+    partitioner places the allocation is not checked (it may allocate the unsharded buffer on each device), so
+    with more than one device visible the block warns once."""
     loops = _scan_loops_module() if enable else None
     if loops is None:
         if enable:

@@ -534,6 +534,15 @@ def test_uninitialized_scan_outputs_block_per_step_does_not_recompile():
         with rt.uninitialized_scan_outputs():
             np.testing.assert_array_equal(step(ws, h), first)
     assert len(traces) == 1, len(traces)
+    # blocks nest (no deadlock), and the outer block's allocation is back after the inner one
+    from jax._src.lax.control_flow import loops
+    original = loops._empty_array
+    with rt.uninitialized_scan_outputs():
+        outer = loops._empty_array
+        with rt.uninitialized_scan_outputs():
+            assert loops._empty_array is not original
+        assert loops._empty_array is outer
+    assert loops._empty_array is original
 
 
 def test_uninitialized_scan_outputs_with_key_and_narrow_dtypes():
