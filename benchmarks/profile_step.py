@@ -89,27 +89,26 @@ def main(argv=None):
         # <variant>_noinit: compiled under runtime.uninitialized_scan_outputs() (no zero fill of scan outputs)
         base = name.removesuffix("_noinit")
         scope = runtime.uninitialized_scan_outputs() if name != base else contextlib.nullcontext()
-        scope.__enter__()
-        step = jax.jit(jax.value_and_grad(fns[base]))
-        if args.dump_hlo:
-            out = Path(args.dump_hlo)
-            out.mkdir(parents=True, exist_ok=True)
-            step = step.lower(params, tokens).compile()  # profiled below as compiled: one compilation
-            (out / f"{name}.hlo.txt").write_text(step.as_text())
-        times, counts = collections.Counter(), collections.Counter()
-        detail = {k: collections.Counter() for k in args.detail.split(",") if k}
-        for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps, with_stats=True).items():
-            evs = sorted(evs)
-            for i, (start, end, kernel, stats) in enumerate(evs):
-                kind = kernel_kind(kernel)
-                times[kind] += (end - start) / 1e3 / args.steps
-                counts[kind] += 1 / args.steps
-                if kind in detail:
-                    op = next((str(v) for k, v in stats.items() if "hlo_op" in k), "?")
-                    size = next((str(v)[:60] for k, v in stats.items() if "memcpy" in k or "bytes" in k), "")
-                    prev = kernel_kind(evs[i - 1][2]) if i else "-"
-                    detail[kind][f"{op} (after {prev[:40]}) {size}"] += (end - start) / 1e3 / args.steps
-        scope.__exit__(None, None, None)
+        with scope:
+            step = jax.jit(jax.value_and_grad(fns[base]))
+            if args.dump_hlo:
+                out = Path(args.dump_hlo)
+                out.mkdir(parents=True, exist_ok=True)
+                step = step.lower(params, tokens).compile()  # profiled below as compiled: one compilation
+                (out / f"{name}.hlo.txt").write_text(step.as_text())
+            times, counts = collections.Counter(), collections.Counter()
+            detail = {k: collections.Counter() for k in args.detail.split(",") if k}
+            for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps, with_stats=True).items():
+                evs = sorted(evs)
+                for i, (start, end, kernel, stats) in enumerate(evs):
+                    kind = kernel_kind(kernel)
+                    times[kind] += (end - start) / 1e3 / args.steps
+                    counts[kind] += 1 / args.steps
+                    if kind in detail:
+                        op = next((str(v) for k, v in stats.items() if "hlo_op" in k), "?")
+                        size = next((str(v)[:60] for k, v in stats.items() if "memcpy" in k or "bytes" in k), "")
+                        prev = kernel_kind(evs[i - 1][2]) if i else "-"
+                        detail[kind][f"{op} (after {prev[:40]}) {size}"] += (end - start) / 1e3 / args.steps
         per[name] = times
         total = sum(times.values())
         print(f"\n== {name}: {total / 1e3:.2f} ms of kernels per step ({len(times)} kinds)")
