@@ -573,10 +573,10 @@ def uninitialized_scan_outputs(enable: bool = True):
     Executables compiled inside are kept after the block; blocks may nest.
 
     Outputs in host memory, with explicit shardings or inside ``shard_map`` keep JAX's zero fill. Where the
-    installed JAX lacks the internals this relies on, the block warns once and changes nothing. Measured on one
-    GPU only: in a program that XLA partitions over several devices (``jit`` with shardings), how its SPMD
-    partitioner places the allocation is not checked (it may allocate the unsharded buffer on each device), so
-    with more than one device visible the block warns once."""
+    installed JAX lacks the internals this relies on, the block warns once and changes nothing. A program jitted
+    over several devices (sharded inputs) has avals that carry the mesh, so its scans keep the zero fill too (how
+    XLA's SPMD partitioner would place an uninitialised buffer is not checked; 8 CPU devices in the tests): the
+    knob is measured on one GPU, and with more than one device visible the block says so once."""
     loops = _scan_loops_module() if enable else None
     if loops is None:
         if enable:
@@ -585,8 +585,8 @@ def uninitialized_scan_outputs(enable: bool = True):
         yield False
         return
     if jax.device_count() > 1:
-        _warn_once("scan-empty-multi", "uninitialized_scan_outputs: measured on one GPU; in a program partitioned "
-                   "over several devices XLA may allocate each scan output unsharded on every device")
+        _warn_once("scan-empty-multi", "uninitialized_scan_outputs: measured on one GPU; scans in programs "
+                   "partitioned over several devices (sharded avals) keep JAX's zero fill")
     original = loops._empty_array
 
     def empty_array(prefix, length_spec, aval):
