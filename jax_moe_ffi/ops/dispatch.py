@@ -207,9 +207,10 @@ def _combine_call(rows, pos, weights):
         if rr.shape[0] == 0:
             return jnp.zeros((t, rr.shape[1]), rr.dtype)
         # Invalid pairs read an appended zero row with weight 0 (0 * 0, whatever the weight), so no [T, k, D]
-        # array is built from constants alone: under jax.checkpoint such an array is "known" and would be saved
-        # as a residual -- and this branch's residuals are zero-filled on every platform the cond does not take
-        # (a [8192, 8, 2048] float32 zeros a step on the Qwen3 train step, though the GPU runs the kernel).
+        # array is built from constants alone: when a differentiated stream region (optimize(streams=True))
+        # is partially evaluated, such an array is "known" and becomes a residual -- and this branch's residuals
+        # are zero-filled on every platform the cond does not take (an f32 [8192, 8, 2048] zeros a step on the
+        # Qwen3 train step, though the GPU runs the kernel).
         valid = (ps >= 0) & (ps < rr.shape[0])
         padded = jnp.concatenate([rr, jnp.zeros((1, rr.shape[1]), rr.dtype)])
         g = padded[jnp.where(valid, ps, rr.shape[0])].astype(jnp.float32)  # [T, k, D]
