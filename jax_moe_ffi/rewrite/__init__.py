@@ -142,6 +142,8 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
       fuse the backward differently, so bf16 results can differ by rounding. On the H200 Qwen3-shaped train step
       dropping it took 3.0-6.4% off the step (README "Training step", session 26).
     If nothing matches, the function runs unchanged and a warning is given once.
+    A scanned model also gains from `jax_moe_ffi.runtime.uninitialized_scan_outputs()` around its jitted step's
+    first call (JAX's zero fill of the scans' stacked outputs skipped; explain() names the scans).
     """
     offload = _check_opts(mode, recipe, offload, streams)
     if not isinstance(keep_prevent_cse, (bool, np.bool_)):
