@@ -307,9 +307,10 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                                         if jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact))
                 scans.append((p.path + "scan/", nbytes(e.outs[nk:]), nbytes(e.ins[nc + nk:])))
     if scans:
-        notes.append("; ".join(f"lax.scan at {path}: JAX zero-fills its stacked outputs ({_fmt_bytes(ys)}, plus the "
-                               f"residuals it stacks for a backward) before the loop, and under grad the stacked "
-                               f"gradients of its inputs (up to {_fmt_bytes(xs)})" for path, ys, xs in scans)
+        notes.append("; ".join(f"lax.scan at {path}: JAX zero-fills "
+                               + (f"its stacked outputs ({_fmt_bytes(ys)}) and " if ys else "")
+                               + f"the residuals it stacks for a backward before the loop, and under grad the "
+                               f"stacked gradients of its inputs (up to {_fmt_bytes(xs)})" for path, ys, xs in scans)
                      + " -- the loop overwrites all of it: `with jax_moe_ffi.runtime.uninitialized_scan_outputs():` "
                        "around the step's first call leaves them unfilled (the Qwen3 train step on an H200: "
                        "1.6-7.6% faster)")
