@@ -114,6 +114,12 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
     the GPU gets `fallback` (pure JAX / XLA) and a warning once -- never silently. Other platforms get
     `fallback`."""
     same = _varying_like(args)
+    # The fallback as a checkpoint that saves nothing: when a differentiated region around this call is partially
+    # evaluated (a stream region of optimize(streams=True) in a scanned layer), arrays the fallback builds from
+    # constants alone would otherwise become residuals, and the platform-dependent cond zero-fills the residual
+    # slots of every branch it does not take -- on the Qwen3 train step an f32 [8192, 8, 2048] zeros (537 MB,
+    # 0.16 ms) a step from the combine's fallback, on a GPU that runs the CUDA kernel (session 27).
+    fallback = jax.checkpoint(fallback, prevent_cse=False, policy=jax.checkpoint_policies.nothing_saveable)
     cpu, fallback_other = _non_gpu_branch(cpu), _non_gpu_branch(fallback)
     if cuda_unusable is None:
         return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback_other))

@@ -190,12 +190,10 @@ def _dispatch_xla(x, pos, row_pair, scale, top_k: int):
     valid = (row_pair >= 0) & (row_pair < t * top_k)
     src = jnp.where(valid, row_pair, 0)
     valid = valid & (pos.reshape(-1)[src] == jnp.arange(r, dtype=pos.dtype))
-    # rows that are not filled read an appended zero row (no [R, D] array from constants alone: see combine)
-    g = jnp.concatenate([x, jnp.zeros((1, d), x.dtype)])[jnp.where(valid, src // top_k, t)]
+    g = x[src // top_k]
     if scale is not None:
-        # an unfilled row's scale is 0 too: 0 * 0 whatever the scale (no NaN from an inf scale)
-        g = (g.astype(jnp.float32) * jnp.where(valid, scale.reshape(-1)[src], 0.0)[:, None]).astype(x.dtype)
-    return g
+        g = (g.astype(jnp.float32) * scale.reshape(-1)[src][:, None]).astype(x.dtype)
+    return jnp.where(valid[:, None], g, jnp.zeros((), x.dtype))
 
 
 def _combine_call(rows, pos, weights):
@@ -206,15 +204,10 @@ def _combine_call(rows, pos, weights):
     def xla_fn(rr, ps, w):
         if rr.shape[0] == 0:
             return jnp.zeros((t, rr.shape[1]), rr.dtype)
-        # Invalid pairs read an appended zero row with weight 0 (0 * 0, whatever the weight), so no [T, k, D]
-        # array is built from constants alone: when a differentiated stream region (optimize(streams=True))
-        # is partially evaluated, such an array is "known" and becomes a residual -- and this branch's residuals
-        # are zero-filled on every platform the cond does not take (an f32 [8192, 8, 2048] zeros a step on the
-        # Qwen3 train step, though the GPU runs the kernel).
         valid = (ps >= 0) & (ps < rr.shape[0])
-        padded = jnp.concatenate([rr, jnp.zeros((1, rr.shape[1]), rr.dtype)])
-        g = padded[jnp.where(valid, ps, rr.shape[0])].astype(jnp.float32)  # [T, k, D]
-        return (jnp.where(valid, w, 0.0)[..., None] * g).sum(axis=1).astype(rr.dtype)
+        g = rr[jnp.where(valid, ps, 0)].astype(jnp.float32)  # [T, k, D]
+        contrib = jnp.where(valid[..., None], w[..., None] * g, 0.0)
+        return contrib.sum(axis=1).astype(rr.dtype)
 
     return _on_platforms(call, xla_fn, COMBINE_TARGET, rows, pos, weights)
 
