@@ -5,6 +5,11 @@ kernels whose time differs most between the first variant and each other one.
   python benchmarks/profile_step.py --variants ours_exact,ours_exact_save [--steps 5] [--layers 4]
   python benchmarks/profile_step.py --tiny --steps 2           # CPU smoke run (no GPU planes: empty table)
   python benchmarks/profile_step.py --variants ours_exact,naive --dump-hlo /tmp/hlo   # + optimized HLO
+  python benchmarks/profile_step.py --variants ours_save_noinit,ours_save_noinit_adamw   # what the update adds
+
+A variant name ending in `_adamw` profiles the whole training step of train_step.py instead (value_and_grad, then
+optax AdamW and apply_updates, as benchmarks/_common.train_variant times it), so its difference to the same variant
+without the suffix is the optimizer's kernels.
   (xla_ragged_dot asks for ~100 GiB at these shapes: out of memory on an H200 next to other variants)
 
 Kernels are grouped by name with digits dropped (XLA numbers its fusions per module: `loop_add_fusion.12`
@@ -62,6 +67,21 @@ def variants(cfg):
                                                   keep_prevent_cse=True)}
 
 
+def train_step_fn(loss_fn, params, tokens):
+    """train_step.py's jitted step (value_and_grad, optax AdamW with its warm-up schedule, apply_updates) and its
+    arguments, as _common.train_variant builds it."""
+    import optax
+    opt = optax.adamw(optax.linear_schedule(0.0, 1e-3, 100))  # train_step.py's default warm-up
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step, (params, opt.init(params), tokens)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="ours_exact,ours_exact_save")
@@ -87,18 +107,24 @@ def main(argv=None):
     rows = []
     for name in args.variants.split(","):
         # <variant>_noinit: compiled under runtime.uninitialized_scan_outputs() (no zero fill of scan outputs)
-        base = name.removesuffix("_noinit")
-        scope = runtime.uninitialized_scan_outputs() if name != base else contextlib.nullcontext()
+        # <variant>_adamw: the whole training step (the optimizer's update too)
+        with_update = name.endswith("_adamw")
+        noinit = name.removesuffix("_adamw")
+        base = noinit.removesuffix("_noinit")
+        scope = runtime.uninitialized_scan_outputs() if noinit != base else contextlib.nullcontext()
         with scope:
-            step = jax.jit(jax.value_and_grad(fns[base]))
+            if with_update:
+                step, step_args = train_step_fn(fns[base], params, tokens)
+            else:
+                step, step_args = jax.jit(jax.value_and_grad(fns[base])), (params, tokens)
             if args.dump_hlo:
                 out = Path(args.dump_hlo)
                 out.mkdir(parents=True, exist_ok=True)
-                step = step.lower(params, tokens).compile()  # profiled below as compiled: one compilation
+                step = step.lower(*step_args).compile()  # profiled below as compiled: one compilation
                 (out / f"{name}.hlo.txt").write_text(step.as_text())
             times, counts = collections.Counter(), collections.Counter()
             detail = {k: collections.Counter() for k in args.detail.split(",") if k}
-            for _, evs in _common.gpu_stream_events(step, (params, tokens), args.steps, with_stats=True).items():
+            for _, evs in _common.gpu_stream_events(step, step_args, args.steps, with_stats=True).items():
                 evs = sorted(evs)
                 for i, (start, end, kernel, stats) in enumerate(evs):
                     kind = kernel_kind(kernel)

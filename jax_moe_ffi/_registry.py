@@ -24,6 +24,7 @@ CUDA_SYMBOLS = {
     "jax_moe_ffi_grouped_gemm_sum": "JaxMoeFfiGroupedGemmSumCuda",
     "jax_moe_ffi_grouped_gemm_fp8": "JaxMoeFfiGroupedGemmFp8Cuda",
     "jax_moe_ffi_grouped_gemm_fp8_wgrad": "JaxMoeFfiGroupedGemmFp8WgradCuda",
+    "jax_moe_ffi_grouped_gemm_fp8_acc": "JaxMoeFfiGroupedGemmFp8AccCuda",
     "jax_moe_ffi_dispatch_plan": "JaxMoeFfiDispatchPlanCuda",
     "jax_moe_ffi_dispatch": "JaxMoeFfiDispatchCuda",
     "jax_moe_ffi_combine": "JaxMoeFfiCombineCuda",

@@ -686,3 +686,160 @@ def test_weight_quantisation_is_hoisted_out_of_a_microbatch_scan():
     assert len(re.findall(r'custom_call_target="jax_moe_ffi_quantize_tiles_t"', entry)) == 1
     assert "jax_moe_ffi_quantize_tiles_t" not in rest
     assert "jax_moe_ffi_quantize_blockwise" in rest  # per-micro-batch activations: inside the loop
+
+
+# ------------------------------------------------------------------ shared lhs (gate / up) with recipe="blockwise"
+def _bf16(x):
+    return np.asarray(jnp.asarray(x, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+
+
+def _shared_lhs_case(seed, m, k, n, g, below):
+    a, w0, gs = random_case(seed, m, k, n, g, below=below)
+    w1 = jnp.asarray(np.random.default_rng(seed + 1).standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+    rng = np.random.default_rng(seed + 2)
+    d0, d1 = (jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16) for _ in range(2))
+    return a, w0, w1, gs, d0, d1
+
+
+def _shared_lhs_vjp(a, w0, w1, gs, d0, d1):
+    f = lambda a, w0, w1: tuple(jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="blockwise"))
+    outs, vjp = jax.vjp(f, a, w0, w1)
+    return outs, vjp((d0, d1))
+
+
+@given(seed=st.integers(0, 2**16), m=st.integers(1, 300), k=st.sampled_from([128, 144, 256]),
+       n=st.sampled_from([128, 136, 256]), g=st.integers(1, 6), below=st.integers(0, 20))
+def test_shared_lhs_blockwise_products_and_dgrad_summed_once(seed, m, k, n, g, below):
+    """The pair's forward is bitwise the two separate blockwise products; its weight gradients bitwise the bf16
+    wgrads; its lhs gradient the two FP8 dgrads summed in float32 and rounded once (the first product rounded to
+    bf16: it is the accumulate form's addend) -- not two bf16 roundings -- and zero past the groups."""
+    a, w0, w1, gs, d0, d1 = _shared_lhs_case(seed, m, k, n, g, below)
+    (o0, o1), (da, dw0, dw1) = _shared_lhs_vjp(a, w0, w1, gs, d0, d1)
+    for o, w in ((o0, w0), (o1, w1)):
+        np.testing.assert_array_equal(np.asarray(o, np.float32),
+                                      np.asarray(jmf.grouped_matmul(a, w, gs, recipe="blockwise"), np.float32))
+    for dw, d in ((dw0, d0), (dw1, d1)):
+        np.testing.assert_array_equal(np.asarray(dw, np.float32),
+                                      np.asarray(jmf.grouped_matmul_wgrad(a, d, gs), np.float32))
+    prods = [np_grouped(np_dequant_rows(jmf.quantize(d, "blockwise")),
+                        np.swapaxes(np_dequant_tiles(jmf.quantize(w, "blockwise", block=(128, 128))), 1, 2), gs)
+             for d, w in ((d0, w0), (d1, w1))]
+    once = _bf16(_bf16(prods[0]) + prods[1])
+    dan = np.asarray(da.astype(jnp.float32), np.float64)
+    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    assert np.all(dan[total:] == 0)
+    if total:
+        # float32 (CPU) against float64 products: equal after the roundings but where a product lies within float32
+        # error of a bf16 tie (then one ulp of p0 or of the sum apart); two roundings (bf16(bf16(p0) + bf16(p1)))
+        # differ from `once` on ~28% of the elements (seed 255: 0.72 equal)
+        near = np.abs(dan - once) <= 2.0 ** -7 * (np.abs(once) + np.abs(prods[0])) + 1e-4 * np.abs(prods[1])
+        assert near.all()
+        assert np.mean(dan[:total] == once[:total]) > 0.97
+
+
+def test_shared_lhs_blockwise_uses_the_accumulate_kernel_and_one_quantisation(monkeypatch):
+    """CUDA-lowered gradient: one accumulate-form call (none with JAX_MOE_FFI_FP8_ACC_DGRAD=0 or an E5M2 gradient),
+    the bf16 weight gradients as one pair launch, and the shared lhs quantised once in the forward."""
+    from jax_moe_ffi.ops import grouped_gemm as gg
+    a, w0, w1, gs, _, _ = _shared_lhs_case(3, 256, 256, 128, 3, 5)
+
+    monkeypatch.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))  # as if loaded (lowering only)
+
+    def lowered(grad_dtype="e4m3"):
+        loss = lambda a, w0, w1: sum(jnp.sum(o.astype(jnp.float32) ** 2) for o in jmf.grouped_matmuls_shared_lhs(
+            a, [w0, w1], gs, recipe="blockwise", fp8_grad_dtype=grad_dtype))
+        return jax.jit(jax.grad(loss, (0, 1, 2))).trace(a, w0, w1).lower(lowering_platforms=("cuda",)).as_text()
+
+    count = lambda text, t: text.count(f"@{t}(")
+    text = lowered()
+    assert count(text, fp8.FP8_ACC_TARGET) == 1, text
+    assert count(text, gg.WGRAD_PAIR_TARGET) == 1
+    fwd = jax.jit(lambda a, w0, w1: jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="blockwise")).trace(
+        a, w0, w1).lower(lowering_platforms=("cuda",)).as_text()
+    assert count(fwd, "jax_moe_ffi_quantize_blockwise") == 1 and count(fwd, fp8.FP8_TARGET) == 2
+    assert count(lowered("e5m2"), fp8.FP8_ACC_TARGET) == 0
+    monkeypatch.setenv("JAX_MOE_FFI_FP8_ACC_DGRAD", "0")
+    assert count(lowered(), fp8.FP8_ACC_TARGET) == 0
+
+
+def test_shared_lhs_blockwise_e5m2_and_opt_out_match_separate_calls(monkeypatch):
+    """Where the accumulate form is not taken (E5M2 gradients; JAX_MOE_FFI_FP8_ACC_DGRAD=0) the pair's gradients are
+    those of two separate grouped_matmul calls, bitwise."""
+    a, w0, w1, gs, d0, d1 = _shared_lhs_case(5, 200, 256, 136, 4, 7)
+    for grad_dtype, env in (("e5m2", "1"), ("e4m3", "0")):
+        monkeypatch.setenv("JAX_MOE_FFI_FP8_ACC_DGRAD", env)
+        pair = lambda a, w0, w1: tuple(jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="blockwise",
+                                                                      fp8_grad_dtype=grad_dtype))
+        sep = lambda a, w0, w1: tuple(jmf.grouped_matmul(a, w, gs, recipe="blockwise", fp8_grad_dtype=grad_dtype)
+                                      for w in (w0, w1))
+        got = jax.vjp(pair, a, w0, w1)[1]((d0, d1))
+        want = jax.vjp(sep, a, w0, w1)[1]((d0, d1))
+        for x, y in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+
+
+def test_shared_lhs_blockwise_cached_weights_and_bad_input():
+    a, w0, w1, gs, d0, d1 = _shared_lhs_case(6, 160, 256, 128, 3, 0)
+    cached = [jmf.quantize_weights(w) for w in (w0, w1)]
+    f = lambda fws: (lambda a, w0, w1: tuple(jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="blockwise",
+                                                                            fp8_weights=fws)))
+    got = jax.vjp(f(cached), a, w0, w1)
+    want = jax.vjp(f(None), a, w0, w1)
+    for x, y in zip(jax.tree.leaves((got[0], got[1]((d0, d1)))), jax.tree.leaves((want[0], want[1]((d0, d1))))):
+        np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+    with pytest.raises(ValueError, match="fp8_weights"):
+        jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="blockwise", fp8_weights=cached[:1])
+    with pytest.raises(ValueError, match="fp8_weights"):
+        jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, fp8_weights=cached)
+    with pytest.raises(ValueError, match="recipe"):
+        jmf.grouped_matmuls_shared_lhs(a, [w0, w1], gs, recipe="fp4")
+
+
+def test_pass_blockwise_pairs_gate_and_up(monkeypatch):
+    """optimize(recipe="blockwise") runs a layer's gate and up projections as one shared-lhs pair: the CUDA-lowered
+    gradient has the accumulate-form dgrad (no XLA add of two dgrads) and matches the model within FP8 error."""
+    key = jax.random.PRNGKey(9)
+    p = models.init_moe_params(key, 128, 256, 8, jnp.bfloat16)
+    x = jax.random.normal(jax.random.PRNGKey(10), (96, 128), jnp.bfloat16)
+    loss = lambda p, x: jnp.sum(models.dense_moe(p, x, 2).astype(jnp.float32) ** 2)
+    fast = jmf.optimize(loss, mode="dropless", recipe="blockwise")
+    with monkeypatch.context() as mp:
+        mp.setattr(_registry, "cuda_targets", tuple(_registry.CUDA_SYMBOLS))  # as if loaded (lowering only)
+        text = jax.jit(jax.grad(fast, (0, 1))).trace(p, x).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count(f"@{fp8.FP8_ACC_TARGET}(") == 1
+    got = jax.jit(jax.grad(fast, (0, 1)))(p, x)
+    want = jax.jit(jax.grad(loss, (0, 1)))(p, x)
+    assert similarity_loss(got[1], want[1]) < 1e-2
+    for name in ("w_gate", "w_up", "w_down"):
+        assert similarity_loss(got[0][name], want[0][name]) < 1e-2, name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,k,n,g", [(1500, 256, 512, 5), (900, 2304, 512, 3), (700, 384, 520, 4), (300, 256, 256, 8)])
+def test_gpu_fp8_acc_kernel_vs_reference(m, k, n, g):
+    """The accumulate form on the H200 (auto's four kernels: wide K <= 2048, wide K > 2048, 128x128 where N has an
+    odd number of 256-wide tiles, ping-pong for short groups) against the CPU-style float32 reference: rows past
+    the groups keep the addend exactly."""
+    a, w, gs = random_case(m + k, m, k, n, g, below=17)
+    qa = jmf.quantize(a, "blockwise")
+    qw = jmf.quantize(w, "blockwise", block=(128, 128))
+    bt = jnp.swapaxes(qw.data, 1, 2)
+    addend = jnp.asarray(np.random.default_rng(k).standard_normal((m, n)), jnp.bfloat16)
+    out = np.asarray(jax.jit(fp8._fp8_acc_call)(qa.data, qa.scale, bt, qw.scale, gs, addend), np.float32)
+    ref = np.asarray(jax.jit(fp8._acc_reference_call)(qa.data, qa.scale, bt, qw.scale, gs, addend), np.float32)
+    total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
+    np.testing.assert_array_equal(out[total:], np.asarray(addend, np.float32)[total:])
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+    assert np.mean(np.abs(out - ref) <= 2.0 ** -7 * np.abs(ref) + 1e-6) > 0.99
+
+
+@pytest.mark.gpu
+def test_gpu_shared_lhs_blockwise_grads():
+    a, w0, w1, gs, d0, d1 = _shared_lhs_case(21, 4096, 1024, 512, 8, 0)
+    text = jax.jit(lambda *x: _shared_lhs_vjp(*x)).lower(a, w0, w1, gs, d0, d1).compile().as_text()
+    assert f'custom_call_target="{fp8.FP8_ACC_TARGET}"' in text
+    (o0, o1), (da, dw0, dw1) = jax.jit(_shared_lhs_vjp)(a, w0, w1, gs, d0, d1)
+    ref = jnp.swapaxes
+    exact = lambda d, w: jax.lax.ragged_dot(d, ref(w, 1, 2), gs, preferred_element_type=jnp.float32)
+    want = jax.jit(lambda: exact(d0, w0) + exact(d1, w1))()
+    assert similarity_loss(da, want) < 2e-3

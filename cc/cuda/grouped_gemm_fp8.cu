@@ -9,6 +9,11 @@
 //   with the scales as they are; the dgrad passes the weight data as it is ([G,K,N] is [N', K'] for
 //   the GEMM out[M,K] = dout[M,N] . W^T) with the scales' last two axes swapped.
 //
+//   JaxMoeFfiGroupedGemmFp8AccCuda -> target "jax_moe_ffi_grouped_gemm_fp8_acc"
+//     the same product plus addend [M,N] bf16, summed in float32 in the epilogue and rounded once; rows no group
+//     covers keep the addend (XLA aliases out to addend). The lhs gradient of a gate / up pair: the second dgrad
+//     adds the first in its epilogue instead of an elementwise add over [M, N] afterwards (session 25's FP8 step
+//     profile: 0.75 ms of such adds a step).
 // One call, all on XLA's stream, no host synchronisation (group sizes stay on the GPU):
 //   1. a one-block setup kernel: per-group problem shapes, pointers, strides, scale pointers, and
 //      the row range of each group;
@@ -38,6 +43,7 @@
 #define JMF_EXPORT extern "C" __attribute__((visibility("default")))
 JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8Cuda(XLA_FFI_CallFrame* call_frame);
 JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8WgradCuda(XLA_FFI_CallFrame* call_frame);
+JMF_EXPORT XLA_FFI_Error* JaxMoeFfiGroupedGemmFp8AccCuda(XLA_FFI_CallFrame* call_frame);
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -249,9 +255,18 @@ ffi::Error LaunchFp8Grouped(typename GemmDef::Kernel::Arguments& args, const Fp8
   args.mainloop.ptr_SFB = arr.ptr_sfb;
   args.mainloop.layout_SFB = arr.layout_sfb;
   args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
+  if constexpr (GemmDef::kWithAddend) {
+    // D = acc + C, C read from D's own rows before they are written (same tile, same CTA): the accumulate form.
+    using Epi = typename GemmDef::Kernel::CollectiveEpilogue;
+    static_assert(std::is_same_v<typename Epi::InternalStrideC, typename Epi::InternalStrideD>);
+    args.epilogue.thread.beta = 1.0f;
+    args.epilogue.ptr_C = const_cast<const typename Fp8GroupArrays<GemmDef>::ElementD**>(arr.ptr_d);
+    args.epilogue.dC = arr.stride_d;
+  } else {
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+  }
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
   return LaunchCutlassKernel<typename GemmDef::Kernel>(args, cutlass_ws, stream, GemmDef::ConfigT::kName);
@@ -428,9 +443,18 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
   args.mainloop.ptr_B = arr.ptr_b;
   args.mainloop.dB = arr.stride_b;
   args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
+  if constexpr (GemmDef::kWithAddend) {
+    // D = acc + C, C read from D's own rows before they are written (same tile, same CTA): the accumulate form.
+    using Epi = typename GemmDef::Kernel::CollectiveEpilogue;
+    static_assert(std::is_same_v<typename Epi::InternalStrideC, typename Epi::InternalStrideD>);
+    args.epilogue.thread.beta = 1.0f;
+    args.epilogue.ptr_C = const_cast<const typename Fp8GroupArrays<GemmDef>::ElementD**>(arr.ptr_d);
+    args.epilogue.dC = arr.stride_d;
+  } else {
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+  }
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
   return LaunchCutlassKernel<Kernel>(args, workspace, stream, PerTensor::kName);
@@ -627,78 +651,156 @@ std::string ExpectDims(const char* op, const char* name, ffi::AnyBuffer::Dimensi
   return std::string(op) + ": " + name + " must be " + s + "], got " + dims_str(got);
 }
 
+// The argument checks of both handlers and the call they describe; *skip = true: nothing to compute (M or N is 0),
+// *zero_products = true: no group has a product (G or K is 0).
+ffi::Error MakeFp8Call(const char* op, ffi::AnyBuffer lhs, ffi::AnyBuffer lhs_scale, ffi::AnyBuffer rhs,
+                       ffi::AnyBuffer rhs_scale, ffi::Buffer<ffi::DataType::S32> group_sizes,
+                       ffi::Result<ffi::AnyBuffer> out, Fp8Call* c, bool* skip, bool* zero_products) {
+  const std::string o(op);
+  auto ld = lhs.dimensions();
+  auto rd = rhs.dimensions();
+  if (ld.size() != 2) return invalid(o + ": lhs must be [M,K], got " + dims_str(ld));
+  if (rd.size() != 3) return invalid(o + ": rhs must be [G,N,K], got " + dims_str(rd));
+  const int64_t m = ld[0], k = ld[1], g = rd[0], n = rd[1];
+  if (rd[2] != k) {
+    return invalid(o + ": rhs [G,N,K] must have K = lhs.shape[1] = " + std::to_string(k) + ", got " + dims_str(rd));
+  }
+  const int64_t kb = CeilDiv(k, kScaleBlock), nb = CeilDiv(n, kScaleBlock);
+  for (const std::string& e :
+       {ExpectDims(op, "lhs_scale", lhs_scale.dimensions(), {m, kb}),
+        ExpectDims(op, "rhs_scale", rhs_scale.dimensions(), {g, kb, nb}),
+        ExpectDims(op, "group_sizes", group_sizes.dimensions(), {g}),
+        ExpectDims(op, "out", out->dimensions(), {m, n})}) {
+    if (!e.empty()) return invalid(e);
+  }
+  const ffi::DataType a_t = lhs.element_type();
+  if (a_t != ffi::DataType::F8E4M3FN && a_t != ffi::DataType::F8E5M2) {
+    return invalid(o + ": lhs must be float8_e4m3fn or float8_e5m2, got " + DtypeName(a_t));
+  }
+  if (rhs.element_type() != ffi::DataType::F8E4M3FN) {
+    return invalid(o + ": rhs must be float8_e4m3fn, got " + DtypeName(rhs.element_type()));
+  }
+  if (lhs_scale.element_type() != ffi::DataType::F32 || rhs_scale.element_type() != ffi::DataType::F32) {
+    return invalid(o + ": lhs_scale and rhs_scale must be float32");
+  }
+  if (out->element_type() != ffi::DataType::BF16) {
+    return invalid(o + ": out must be bfloat16, got " + DtypeName(out->element_type()));
+  }
+  if (k % 16 != 0 || n % 8 != 0) {
+    return invalid(o + ": K must be a multiple of 16 and N of 8 (16-byte rows for TMA) on CUDA, got K=" +
+                   std::to_string(k) + " N=" + std::to_string(n));
+  }
+  if (m > kInt32Max || k > kInt32Max || n > kInt32Max || g > kInt32Max) {
+    return invalid(o + ": M, K, N and G must each be < 2^31 on CUDA");
+  }
+  *skip = m == 0 || n == 0;
+  *zero_products = g == 0 || k == 0;
+  if (*skip || *zero_products) return ffi::Error::Success();
+  if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) || !Aligned16(out->untyped_data())) {
+    return invalid(o + ": lhs, rhs and out must be 16-byte aligned on CUDA");
+  }
+  c->a = lhs.untyped_data();
+  c->a_scale = static_cast<const float*>(lhs_scale.untyped_data());
+  c->b = rhs.untyped_data();
+  c->b_scale = static_cast<const float*>(rhs_scale.untyped_data());
+  c->d = out->untyped_data();
+  c->sizes = group_sizes.typed_data();
+  c->m = m;
+  c->k = k;
+  c->n = n;
+  c->g = g;
+  return ffi::Error::Success();
+}
+
 ffi::Error GroupedGemmFp8Impl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer lhs_scale,
                               ffi::AnyBuffer rhs, ffi::AnyBuffer rhs_scale,
                               ffi::Buffer<ffi::DataType::S32> group_sizes,
                               ffi::Result<ffi::AnyBuffer> out,
                               ffi::Result<ffi::AnyBuffer> workspace) {
-  auto ld = lhs.dimensions();
-  auto rd = rhs.dimensions();
-  if (ld.size() != 2) return invalid("grouped_gemm_fp8: lhs must be [M,K], got " + dims_str(ld));
-  if (rd.size() != 3) return invalid("grouped_gemm_fp8: rhs must be [G,N,K], got " + dims_str(rd));
-  const int64_t m = ld[0], k = ld[1], g = rd[0], n = rd[1];
-  if (rd[2] != k) {
-    return invalid("grouped_gemm_fp8: rhs [G,N,K] must have K = lhs.shape[1] = " +
-                   std::to_string(k) + ", got " + dims_str(rd));
-  }
-  const int64_t kb = CeilDiv(k, kScaleBlock), nb = CeilDiv(n, kScaleBlock);
-  for (const std::string& e :
-       {ExpectDims("grouped_gemm_fp8", "lhs_scale", lhs_scale.dimensions(), {m, kb}),
-        ExpectDims("grouped_gemm_fp8", "rhs_scale", rhs_scale.dimensions(), {g, kb, nb}),
-        ExpectDims("grouped_gemm_fp8", "group_sizes", group_sizes.dimensions(), {g}),
-        ExpectDims("grouped_gemm_fp8", "out", out->dimensions(), {m, n})}) {
-    if (!e.empty()) return invalid(e);
-  }
-  const ffi::DataType a_t = lhs.element_type();
-  if (a_t != ffi::DataType::F8E4M3FN && a_t != ffi::DataType::F8E5M2) {
-    return invalid("grouped_gemm_fp8: lhs must be float8_e4m3fn or float8_e5m2, got " +
-                   DtypeName(a_t));
-  }
-  if (rhs.element_type() != ffi::DataType::F8E4M3FN) {
-    return invalid("grouped_gemm_fp8: rhs must be float8_e4m3fn, got " +
-                   DtypeName(rhs.element_type()));
-  }
-  if (lhs_scale.element_type() != ffi::DataType::F32 ||
-      rhs_scale.element_type() != ffi::DataType::F32) {
-    return invalid("grouped_gemm_fp8: lhs_scale and rhs_scale must be float32");
-  }
-  if (out->element_type() != ffi::DataType::BF16) {
-    return invalid("grouped_gemm_fp8: out must be bfloat16, got " + DtypeName(out->element_type()));
-  }
-  if (k % 16 != 0 || n % 8 != 0) {
-    return invalid("grouped_gemm_fp8: K must be a multiple of 16 and N of 8 (16-byte rows for TMA) "
-                   "on CUDA, got K=" + std::to_string(k) + " N=" + std::to_string(n));
-  }
-  if (m > kInt32Max || k > kInt32Max || n > kInt32Max || g > kInt32Max) {
-    return invalid("grouped_gemm_fp8: M, K, N and G must each be < 2^31 on CUDA");
-  }
-  if (m == 0 || n == 0) return ffi::Error::Success();
-  if (g == 0 || k == 0) {
+  Fp8Call c;
+  bool skip = false, zero_products = false;
+  JMF_RETURN_IF_ERROR(MakeFp8Call("grouped_gemm_fp8", lhs, lhs_scale, rhs, rhs_scale, group_sizes, out, &c, &skip,
+                                  &zero_products));
+  if (skip) return ffi::Error::Success();
+  if (zero_products) {
     JMF_CUDA_CHECK(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream));
     return ffi::Error::Success();
   }
-  if (!Aligned16(lhs.untyped_data()) || !Aligned16(rhs.untyped_data()) ||
-      !Aligned16(out->untyped_data())) {
-    return invalid("grouped_gemm_fp8: lhs, rhs and out must be 16-byte aligned on CUDA");
-  }
   DeviceInfo dev;
   JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
-  Fp8Call c;
-  c.a = lhs.untyped_data();
-  c.a_scale = static_cast<const float*>(lhs_scale.untyped_data());
-  c.b = rhs.untyped_data();
-  c.b_scale = static_cast<const float*>(rhs_scale.untyped_data());
-  c.d = out->untyped_data();
-  c.sizes = group_sizes.typed_data();
-  c.m = m;
-  c.k = k;
-  c.n = n;
-  c.g = g;
   const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
-  if (a_t == ffi::DataType::F8E5M2) {
+  if (lhs.element_type() == ffi::DataType::F8E5M2) {
     return DispatchFp8Tiles<cutlass::float_e5m2_t>(stream, ws, c, dev);
   }
   return DispatchFp8Tiles<cutlass::float_e4m3_t>(stream, ws, c, dev);
+}
+
+// The accumulate form runs auto's kernels for E4M3 lhs with our overlapped mainloop (JAX_MOE_FFI_FP8_TILES /
+// JAX_MOE_FFI_FP8_MAINLOOP are A/B options of the plain call; said once when set). Rows past the clipped total
+// keep the addend (no zero kernel).
+ffi::Error DispatchFp8AccTiles(cudaStream_t stream, const Workspace& ws, const Fp8Call& c, const DeviceInfo& dev) {
+  using E4M3 = cutlass::float_e4m3_t;
+  using BF16 = cutlass::bfloat16_t;
+  static const bool noted = [] {
+    if (Fp8TileChoice() != "auto" || !UseOverlapMainloop()) {
+      std::fprintf(stderr, "jax_moe_ffi: JAX_MOE_FFI_FP8_TILES / JAX_MOE_FFI_FP8_MAINLOOP apply to grouped_gemm_fp8; "
+                           "grouped_gemm_fp8_acc runs auto's kernels\n");
+    }
+    return true;
+  }();
+  (void)noted;
+#ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
+  // The CI compile check (never run): one kernel compiles the accumulate form's template.
+  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopWideEpi64Config<true>, 128, true>>(
+      stream, ws, c, dev, RowPart::kAll, /*write_zeros=*/false);
+#else
+  const bool small = c.m <= 128 * c.g;  // UseSmallFp8Tiles' auto rule
+  const bool wide = CeilDiv(c.n, 256) % 2 == 0;
+  if (!small && wide && c.k <= 2048) {
+    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopWideEpi64Config<true>, 128, true>>(
+        stream, ws, c, dev, RowPart::kAll, /*write_zeros=*/false);
+  }
+  if (!small && wide) {
+    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopWideConfig<1, 2>, 128, true>>(
+        stream, ws, c, dev, RowPart::kAll, /*write_zeros=*/false);
+  }
+  if (small) {
+    return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8PingpongOverlapConfig, 128, true>>(
+        stream, ws, c, dev, RowPart::kAll, /*write_zeros=*/false);
+  }
+  return RunFp8GroupedGemm<GroupedGemmFp8Blockwise<E4M3, E4M3, BF16, Fp8CoopOverlapConfig, 128, true>>(
+      stream, ws, c, dev, RowPart::kAll, /*write_zeros=*/false);
+#endif
+}
+
+ffi::Error GroupedGemmFp8AccImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer lhs_scale,
+                                 ffi::AnyBuffer rhs, ffi::AnyBuffer rhs_scale,
+                                 ffi::Buffer<ffi::DataType::S32> group_sizes, ffi::AnyBuffer addend,
+                                 ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace) {
+  constexpr const char* op = "grouped_gemm_fp8_acc";
+  Fp8Call c;
+  bool skip = false, zero_products = false;
+  JMF_RETURN_IF_ERROR(MakeFp8Call(op, lhs, lhs_scale, rhs, rhs_scale, group_sizes, out, &c, &skip, &zero_products));
+  if (addend.element_type() != ffi::DataType::BF16) {
+    return invalid(std::string(op) + ": addend must be bfloat16, got " + DtypeName(addend.element_type()));
+  }
+  const std::string bad = ExpectDims(op, "addend", addend.dimensions(), {lhs.dimensions()[0], rhs.dimensions()[1]});
+  if (!bad.empty()) return invalid(bad);
+  if (lhs.element_type() != ffi::DataType::F8E4M3FN) {
+    return invalid(std::string(op) + ": lhs must be float8_e4m3fn (the accumulate form's kernels), got " +
+                   DtypeName(lhs.element_type()));
+  }
+  if (skip) return ffi::Error::Success();
+  // out starts as the addend: XLA aliases them (input_output_aliases), else one copy.
+  if (addend.untyped_data() != out->untyped_data()) {
+    JMF_CUDA_CHECK(cudaMemcpyAsync(out->untyped_data(), addend.untyped_data(), out->size_bytes(),
+                                   cudaMemcpyDeviceToDevice, stream));
+  }
+  if (zero_products) return ffi::Error::Success();
+  DeviceInfo dev;
+  JMF_RETURN_IF_ERROR(GetDeviceInfo(&dev));
+  const Workspace ws{workspace->untyped_data(), workspace->size_bytes()};
+  return DispatchFp8AccTiles(stream, ws, c, dev);
 }
 
 // ------------------------------------------------------------------------------- weight gradient
@@ -947,5 +1049,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmFp8WgradCuda, jax_moe_ffi::cud
                                   .Arg<xla::ffi::AnyBuffer>()                        // dout_t_scale [P/128,N]
                                   .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // plan [2,G+1]
                                   .Ret<xla::ffi::AnyBuffer>()                        // out [G,K,N]
+                                  .Ret<xla::ffi::AnyBuffer>(),                       // workspace
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+// Command-buffer compatible: stream-ordered work only (a device-to-device copy when XLA did not alias out to
+// addend), no host sync, all memory XLA-owned.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxMoeFfiGroupedGemmFp8AccCuda, jax_moe_ffi::cuda::GroupedGemmFp8AccImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()                        // lhs_scale
+                                  .Arg<xla::ffi::AnyBuffer>()                        // rhs [G,N,K]
+                                  .Arg<xla::ffi::AnyBuffer>()                        // rhs_scale
+                                  .Arg<xla::ffi::Buffer<xla::ffi::DataType::S32>>()  // group_sizes
+                                  .Arg<xla::ffi::AnyBuffer>()                        // addend [M,N] bf16
+                                  .Ret<xla::ffi::AnyBuffer>()                        // out (aliased to addend)
                                   .Ret<xla::ffi::AnyBuffer>(),                       // workspace
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -393,9 +393,13 @@ struct PickFp8Mainloop<Config, Builder, std::void_t<typename Config::template Ma
 
 // kScaleN: B's scale granularity along N -- 128 (weights: 128 x 128 tiles) or 1 (the weight gradient, where B
 // is the incoming gradient transposed with one scale per row and 128-token block; CUTLASS's mainloop only).
-template <class ElementA, class ElementB, class ElementOut, class Config, int kScaleN = 128>
+// WithAddend: D = acc + C with C = D's own pointers (beta = 1, in place), as GroupedGemm's accumulate form: the
+// second dgrad of a gate / up pair adds the first in its epilogue (grouped_gemm_fp8_acc).
+template <class ElementA, class ElementB, class ElementOut, class Config, int kScaleN = 128, bool WithAddend = false>
 struct GroupedGemmFp8Blockwise {
   using ElementAcc = float;
+  using ElementC = std::conditional_t<WithAddend, ElementOut, void>;
+  static constexpr bool kWithAddend = WithAddend;
   using LayoutA = cutlass::layout::RowMajor;     // [rows, K], K contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // B is K x N stored N-major rows of K: K contiguous
   using LayoutD = cutlass::layout::RowMajor;
@@ -408,8 +412,8 @@ struct GroupedGemmFp8Blockwise {
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
   using CollectiveEpilogue = EpilogueMapsFor<Config, typename EpilogueFor<
-      Config, typename EpilogueTileOf<Config>::type, void, ElementOut, kAlignOut,
-      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, void, ElementAcc>>::type>;
+      Config, typename EpilogueTileOf<Config>::type, ElementC, ElementOut, kAlignOut,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, ElementAcc, ElementC, ElementAcc>>::type>;
 
   using BuilderMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

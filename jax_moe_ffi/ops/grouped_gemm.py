@@ -418,11 +418,15 @@ def grouped_matmul_acc(lhs, rhs, group_sizes, addend, *, transpose_rhs: bool = F
     return _gmm_acc(lhs, rhs, gs, addend, bool(transpose_rhs))
 
 
-def grouped_matmuls_shared_lhs(lhs, rhss, group_sizes, *, transpose_rhs=False, preferred_element_type=None):
+def grouped_matmuls_shared_lhs(lhs, rhss, group_sizes, *, transpose_rhs=False, preferred_element_type=None,
+                               recipe=None, fp8_grad_dtype: str = "e4m3", fp8_wgrad: bool = False, fp8_weights=None):
     """`[grouped_matmul(lhs, rhs) for rhs in rhss]` -- e.g. the gate and up projections of one set of
     dispatched rows -- with one backward difference: the lhs gradient (a sum over the products) is
     accumulated in the dgrad GEMMs' epilogues instead of by separate adds. `transpose_rhs` and
-    `preferred_element_type` are one value or one per rhs."""
+    `preferred_element_type` are one value or one per rhs. `recipe`, `fp8_grad_dtype`, `fp8_wgrad` as in
+    `grouped_matmul`; `fp8_weights` None or one `quantize_weights` result (or None) per rhs. With
+    recipe="blockwise" the shared lhs is quantised once and, for E4M3 gradients and a bfloat16 lhs, the lhs
+    gradient is summed in the FP8 dgrads' epilogues (float32, one rounding)."""
     lhs = jnp.asarray(lhs)
     rhss = tuple(jnp.asarray(r) for r in rhss)
     if not rhss:
@@ -438,6 +442,13 @@ def grouped_matmuls_shared_lhs(lhs, rhss, group_sizes, *, transpose_rhs=False, p
     for r, t, p in zip(rhss, trs, pets):
         gs, odt = _check_gmm(lhs, r, group_sizes, t, p)
         odts.append(odt)
+    if recipe is not None:
+        from jax_moe_ffi.ops.grouped_gemm_fp8 import grouped_matmuls_shared_lhs_fp8
+        return grouped_matmuls_shared_lhs_fp8(lhs, rhss, gs, recipe=recipe, transpose_rhs=tuple(bool(t) for t in trs),
+                                              out_dtypes=tuple(odts), grad_dtype=fp8_grad_dtype, fp8_wgrad=fp8_wgrad,
+                                              fp8_weights=fp8_weights)
+    if fp8_weights is not None:
+        raise ValueError("grouped_matmuls_shared_lhs: `fp8_weights` need recipe='blockwise', got recipe=None")
     return list(_gmm_shared_lhs(lhs, rhss, gs, tuple(bool(t) for t in trs), tuple(odts)))
 
 

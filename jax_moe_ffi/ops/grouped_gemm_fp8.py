@@ -31,6 +31,7 @@ differs from the GPU.
 """
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
@@ -44,6 +45,10 @@ from jax_moe_ffi.ops.quantize import _groups_t_call, _tiles_t_call, dequantize, 
 
 FP8_TARGET = "jax_moe_ffi_grouped_gemm_fp8"
 FP8_WGRAD_TARGET = "jax_moe_ffi_grouped_gemm_fp8_wgrad"
+# The accumulate form: the lhs gradient of grouped_matmuls_shared_lhs(..., recipe="blockwise") (gate and up) is
+# the first dgrad, then each later one adding its product in the epilogue, instead of an XLA add over [M, K] per
+# extra product. JAX_MOE_FFI_FP8_ACC_DGRAD=0 (read when traced) adds them in XLA instead (A/B).
+FP8_ACC_TARGET = "jax_moe_ffi_grouped_gemm_fp8_acc"
 RECIPES = ("blockwise", "mxfp8")
 GRAD_DTYPES = ("e4m3", "e5m2")
 BLOCK = 128
@@ -66,16 +71,24 @@ def _expand_rows(scale, n_cols: int):
     return jnp.repeat(scale, BLOCK, axis=-1)[..., :n_cols]
 
 
-def _reference_call(a, sa, bt, sb, group_sizes):
-    """Dequantised operands, float32 grouped matmul (the CPU FFI kernel on CPU, XLA elsewhere)."""
+def _reference_f32(a, sa, bt, sb, group_sizes):
+    """Dequantised operands, float32 grouped matmul (the CPU FFI kernel on CPU, XLA elsewhere), float32 out."""
     m, k = a.shape
     _, n, _ = bt.shape
     a32 = a.astype(jnp.float32) * _expand_rows(sa, k)
     sbt = jnp.swapaxes(sb, 1, 2)  # [G, NB, KB]
     s_full = jnp.repeat(jnp.repeat(sbt, BLOCK, axis=1), BLOCK, axis=2)[:, :n, :k]
     b32 = bt.astype(jnp.float32) * s_full
-    out = gg._fwd_call(a32, b32, group_sizes, True, jnp.float32)
-    return out.astype(jnp.bfloat16)
+    return gg._fwd_call(a32, b32, group_sizes, True, jnp.float32)
+
+
+def _reference_call(a, sa, bt, sb, group_sizes):
+    return _reference_f32(a, sa, bt, sb, group_sizes).astype(jnp.bfloat16)
+
+
+def _acc_reference_call(a, sa, bt, sb, group_sizes, addend):
+    """addend + the dequantised product, summed in float32 and rounded once (rows past the groups: addend)."""
+    return (_reference_f32(a, sa, bt, sb, group_sizes) + addend.astype(jnp.float32)).astype(jnp.bfloat16)
 
 
 def _fp8_call(a, sa, bt, sb, group_sizes):
@@ -97,6 +110,27 @@ def _fp8_call(a, sa, bt, sb, group_sizes):
         unusable = f"the FP8 kernel needs K % 16 == 0 and N % 8 == 0, got K={k} N={n}"
     return c.on_platforms(FP8_TARGET, (a, sa, bt, sb, group_sizes), cpu=_reference_call, cuda=cuda_fn,
                           fallback=_reference_call, cuda_unusable=unusable)
+
+
+def _fp8_acc_call(a, sa, bt, sb, group_sizes, addend):
+    """addend [M,N] bf16 + _fp8_call(a, sa, bt, sb, group_sizes), summed in float32 in the kernel's epilogue and
+    rounded once; XLA aliases the output to addend. a must be E4M3 (the accumulate form's kernels)."""
+    m, k = a.shape
+    g, n, _ = bt.shape
+    out = jax.ShapeDtypeStruct((m, n), jnp.bfloat16)
+    ws = jax.ShapeDtypeStruct((_workspace_bytes(g, m, k),), jnp.uint8)
+    cuda_call = jax.ffi.ffi_call(FP8_ACC_TARGET, (out, ws), vmap_method="sequential", input_output_aliases={5: 0})
+
+    def cuda_fn(*args):
+        return cuda_call(*args)[0]
+
+    unusable = None
+    if FP8_ACC_TARGET not in _registry.cuda_targets:
+        unusable = f"the CUDA library is not loaded or lacks the FP8 accumulate kernel ({_registry.cuda_load_error})"
+    elif k % 16 or n % 8:
+        unusable = f"the FP8 kernel needs K % 16 == 0 and N % 8 == 0, got K={k} N={n}"
+    return c.on_platforms(FP8_ACC_TARGET, (a, sa, bt, sb, group_sizes, addend), cpu=_acc_reference_call,
+                          cuda=cuda_fn, fallback=_acc_reference_call, cuda_unusable=unusable)
 
 
 def _wgrad_reference_call(at, sat, bt, sbt, plan):
@@ -244,7 +278,12 @@ def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, fp8_wgrad, res, dout):
     lhs, (bt, sb), group_sizes = res
     dd, dsc = _quant_rows(dout, grad_fmt)
     dlhs = _fp8_call(dd, dsc, _e4m3(bt), sb, group_sizes).astype(lhs.dtype)
-    d = dout.astype(lhs.dtype)
+    drhs = _blockwise_drhs(lhs, dout.astype(lhs.dtype), group_sizes, transpose_rhs, grad_fmt, fp8_wgrad)
+    return dlhs, drhs, None, c.float0_zeros(group_sizes)  # None: wq (made from stop_gradient(rhs)) has no cotangent
+
+
+def _blockwise_drhs(lhs, d, group_sizes, transpose_rhs, grad_fmt, fp8_wgrad):
+    """The weight gradient of one blockwise product (d: the incoming gradient in lhs's dtype)."""
     if fp8_wgrad:
         if not transpose_rhs:
             drhs = _wgrad_fp8(lhs, d, group_sizes, grad_fmt)
@@ -256,10 +295,53 @@ def _blockwise_bwd(transpose_rhs, out_dtype, grad_fmt, fp8_wgrad, res, dout):
     else:
         drhs = (gg._wgrad(d, lhs, group_sizes, lhs.dtype) if transpose_rhs
                 else gg._wgrad(lhs, d, group_sizes, lhs.dtype))
-    return dlhs, drhs, None, c.float0_zeros(group_sizes)  # None: wq (made from stop_gradient(rhs)) has no cotangent
+    return drhs
 
 
 _gmm_blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
+
+
+def _fp8_acc_dgrad() -> bool:
+    return os.environ.get("JAX_MOE_FFI_FP8_ACC_DGRAD", "1") == "1"
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _gmm_blockwise_shared_lhs(lhs, rhss, wqs, group_sizes, transpose_rhs, out_dtypes, grad_fmt, fp8_wgrad):
+    del rhss  # only their gradients are computed here; wqs hold their quantisation
+    ad, asc = _quant_rows(lhs, "e4m3")  # one quantisation of the shared rows
+    return tuple(_fp8_call(ad, asc, _e4m3(bt), sb, group_sizes).astype(o) for ((bt, sb), _), o in zip(wqs, out_dtypes))
+
+
+def _blockwise_shared_lhs_fwd(lhs, rhss, wqs, group_sizes, transpose_rhs, out_dtypes, grad_fmt, fp8_wgrad):
+    outs = _gmm_blockwise_shared_lhs(lhs, rhss, wqs, group_sizes, transpose_rhs, out_dtypes, grad_fmt, fp8_wgrad)
+    return outs, (lhs, tuple(w[1] for w in wqs), group_sizes)
+
+
+def _blockwise_shared_lhs_bwd(transpose_rhs, out_dtypes, grad_fmt, fp8_wgrad, res, douts):
+    # dlhs = sum_i dout_i . W_i^T: the first dgrad writes it, each later one adds its product in the epilogue
+    # (grouped_gemm_fp8_acc: float32 sum, one rounding) -- E4M3 gradients and a bf16 lhs, the kernels' form;
+    # otherwise XLA adds the products as it does for separate grouped_matmuls.
+    lhs, dgrad_ops, group_sizes = res
+    quant = [_quant_rows(d, grad_fmt) for d in douts]
+    acc = _fp8_acc_dgrad() and grad_fmt == "e4m3" and lhs.dtype == jnp.bfloat16
+    dlhs = None
+    for (dd, dsc), (bt, sb) in zip(quant, dgrad_ops):
+        if dlhs is None:
+            dlhs = _fp8_call(dd, dsc, _e4m3(bt), sb, group_sizes).astype(lhs.dtype)
+        elif acc:
+            dlhs = _fp8_acc_call(dd, dsc, _e4m3(bt), sb, group_sizes, dlhs)
+        else:
+            dlhs = dlhs + _fp8_call(dd, dsc, _e4m3(bt), sb, group_sizes).astype(lhs.dtype)
+    ds = [d.astype(lhs.dtype) for d in douts]
+    if (not fp8_wgrad and len(ds) == 2 and not any(transpose_rhs)
+            and gg._pairable(ds[0], ds[1])):  # both bf16 weight gradients lhs^T . dout_i in one launch
+        drhss = tuple(gg._wgrad_pair(lhs, ds[0], ds[1], group_sizes, lhs.dtype))
+    else:
+        drhss = tuple(_blockwise_drhs(lhs, d, group_sizes, t, grad_fmt, fp8_wgrad) for d, t in zip(ds, transpose_rhs))
+    return dlhs, drhss, None, c.float0_zeros(group_sizes)
+
+
+_gmm_blockwise_shared_lhs.defvjp(_blockwise_shared_lhs_fwd, _blockwise_shared_lhs_bwd)
 
 
 # ------------------------------------------------------------------------------------------- mxfp8
@@ -309,4 +391,29 @@ def grouped_matmul_fp8(lhs, rhs, group_sizes, *, recipe: str, out_dtype, transpo
     return _mx_grad(out, grad_dtype)
 
 
-__all__ = ["grouped_matmul_fp8", "quantize_weights", "Fp8Weights", "RECIPES", "GRAD_DTYPES", "FP8_TARGET", "FP8_WGRAD_TARGET"]
+def grouped_matmuls_shared_lhs_fp8(lhs, rhss, group_sizes, *, recipe: str, transpose_rhs: tuple, out_dtypes: tuple,
+                                   grad_dtype: str = "e4m3", fp8_wgrad: bool = False, fp8_weights=None):
+    """Called by `grouped_matmuls_shared_lhs(..., recipe=...)` after its argument checks. blockwise: the shared
+    lhs quantised once, the lhs gradient summed in the dgrad GEMMs' epilogues (FP8_ACC_TARGET), the two bf16 weight
+    gradients of a pair in one launch. mxfp8: the products one by one (its bf16 GEMMs have nothing to share)."""
+    fws = tuple(fp8_weights) if fp8_weights is not None else (None,) * len(rhss)
+    if len(fws) != len(rhss):
+        raise ValueError(f"grouped_matmuls_shared_lhs: `fp8_weights` needs one entry (or None) per rhs "
+                         f"({len(rhss)}), got {len(fws)}")
+    if recipe != "blockwise" or grad_dtype not in GRAD_DTYPES or not isinstance(fp8_wgrad, (bool, np.bool_)):
+        return [grouped_matmul_fp8(lhs, r, group_sizes, recipe=recipe, out_dtype=o, transpose_rhs=t,
+                                   grad_dtype=grad_dtype, fp8_wgrad=fp8_wgrad, fp8_weights=w)
+                for r, t, o, w in zip(rhss, transpose_rhs, out_dtypes, fws)]  # its checks raise the errors
+    wqs = []
+    for r, t, w in zip(rhss, transpose_rhs, fws):
+        if w is None:
+            wqs.append(_weight_quant(r, bool(t)))
+        else:
+            _check_fp8_weights(w, r, bool(t))
+            wqs.append(w.pairs)
+    return list(_gmm_blockwise_shared_lhs(lhs, tuple(rhss), tuple(wqs), group_sizes,
+                                          tuple(bool(t) for t in transpose_rhs),
+                                          tuple(jnp.dtype(o) for o in out_dtypes), grad_dtype, bool(fp8_wgrad)))
+
+
+__all__ = ["grouped_matmul_fp8", "grouped_matmuls_shared_lhs_fp8", "FP8_ACC_TARGET", "quantize_weights", "Fp8Weights", "RECIPES", "GRAD_DTYPES", "FP8_TARGET", "FP8_WGRAD_TARGET"]

@@ -507,13 +507,21 @@ class RowEval:
     def _shared_lhs_gemms(self, e, plan):
         """The site's expert GEMMs whose lhs rows are built exactly as e's (same rows value, same
         contraction order): e.g. separate gate and up projections. They run as one
-        `grouped_matmuls_shared_lhs` call, whose backward sums their lhs gradients in the GEMM epilogue."""
-        if self.recipe is not None or e in self.scale_lhs:
+        `grouped_matmuls_shared_lhs` call, whose backward sums their lhs gradients in the GEMM epilogue (with
+        recipe="blockwise" too: the FP8 accumulate form; mxfp8 has nothing to share)."""
+        if self.recipe not in (None, "blockwise") or e in self.scale_lhs:
             return [(e, plan)]
         key = lambda p: (p["rows_from"], tuple(p["pc"]), p["K"])
         return [(e, plan)] + [(e2, p2) for e2, p2 in self.site.gemms.items()
                               if e2 is not e and e2 not in self.gemm_done and e2 not in self.scale_lhs
                               and key(p2) == key(plan)]
+
+    def _hoisted_fp8_weights(self, plan, operands):
+        """The weight's FP8 tiles quantised outside the enclosing loop (interp), or None: quantise at the call."""
+        fw = self.fp8_weights.get(plan["w"]) if self.recipe == "blockwise" and not plan["virtual"] else None
+        if fw is not None and (fw.shape != tuple(operands[1].shape) or fw.transpose_rhs != operands[2]):
+            fw = None  # quantised for another layout of this weight: quantise here as usual
+        return fw
 
     def _gemm(self, e, plan):
         from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmuls_shared_lhs
@@ -526,16 +534,15 @@ class RowEval:
         lhs = ops[0][0]
         if e in self.scale_lhs:  # the combine weights, folded (fold_target); f32 product, rounded once
             lhs = (lhs.astype(jnp.float32) * self.scale_lhs[e][:, None]).astype(lhs.dtype)
+        fws = [self._hoisted_fp8_weights(p_, o) for (_, p_), o in zip(group, ops)]
         if len(group) > 1:
             outs = grouped_matmuls_shared_lhs(lhs, [o[1] for o in ops], self.gs,
                                               transpose_rhs=[o[2] for o in ops],
-                                              preferred_element_type=[o[3] for o in ops])
+                                              preferred_element_type=[o[3] for o in ops], recipe=self.recipe,
+                                              fp8_weights=fws if self.recipe == "blockwise" else None)
         else:
-            fw = self.fp8_weights.get(plan["w"]) if self.recipe == "blockwise" and not plan["virtual"] else None
-            if fw is not None and (fw.shape != tuple(ops[0][1].shape) or fw.transpose_rhs != ops[0][2]):
-                fw = None  # quantised for another layout of this weight: quantise here as usual
             outs = [grouped_matmul(lhs, ops[0][1], self.gs, preferred_element_type=ops[0][3],
-                                   transpose_rhs=ops[0][2], recipe=self.recipe, fp8_weights=fw)]
+                                   transpose_rhs=ops[0][2], recipe=self.recipe, fp8_weights=fws[0])]
         if self.tag is not None:  # what a remat policy saves / a scan stacks instead of recomputing the GEMM
             from jax_moe_ffi import runtime
             tagged = []
