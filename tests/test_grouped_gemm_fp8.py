@@ -818,8 +818,10 @@ def test_pass_blockwise_pairs_gate_and_up(monkeypatch):
 @pytest.mark.parametrize("m,k,n,g", [(1500, 256, 512, 5), (900, 2304, 512, 3), (700, 384, 520, 4), (300, 256, 256, 8)])
 def test_gpu_fp8_acc_kernel_vs_reference(m, k, n, g):
     """The accumulate form on the H200 (auto's four kernels: wide K <= 2048, wide K > 2048, 128x128 where N has an
-    odd number of 256-wide tiles, ping-pong for short groups) against the CPU-style float32 reference: rows past
-    the groups keep the addend exactly."""
+    odd number of 256-wide tiles, ping-pong for short groups): rows past the groups keep the addend exactly; close to
+    the CPU-style float32 reference; and elementwise the plain FP8 kernel's product (the same kernel and mainloop for
+    the call) plus the addend within the two roundings that separate them (the plain product rounded to bf16, the
+    sum rounded once), which an addend dropped, doubled or read from the wrong rows would break."""
     a, w, gs = random_case(m + k, m, k, n, g, below=17)
     qa = jmf.quantize(a, "blockwise")
     qw = jmf.quantize(w, "blockwise", block=(128, 128))
@@ -830,7 +832,11 @@ def test_gpu_fp8_acc_kernel_vs_reference(m, k, n, g):
     total = min(int(np.clip(np.asarray(gs), 0, None).sum()), m)
     np.testing.assert_array_equal(out[total:], np.asarray(addend, np.float32)[total:])
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
-    assert np.mean(np.abs(out - ref) <= 2.0 ** -7 * np.abs(ref) + 1e-6) > 0.99
+    # (first version, session 28 call 3: elementwise within one bf16 ulp of the float32 reference for > 99% failed at
+    # 98.3-98.8%: the FP8 tensor cores' accumulation differs from float32 beyond bf16 rounding where sums cancel)
+    plain = np.asarray(jax.jit(fp8._fp8_call)(qa.data, qa.scale, bt, qw.scale, gs), np.float32)
+    want = plain + np.asarray(addend, np.float32)
+    assert np.all(np.abs(out - want) <= 2.0 ** -7 * (np.abs(plain) + np.abs(out)) + 1e-30)
 
 
 @pytest.mark.gpu
