@@ -6,6 +6,10 @@ every call (cc/cuda/quantize.cu, launch_rowblock_128):
   markstein          x / s as RN(q1 + (x - q1 s) r), q1 = RN(x r), r = RN(1/s) (bitwise __fdiv_rn; div_by_scale)
   unroll8            the default with 8 chunks in flight
   markstein_unroll8  both
+  midpoint           q1 = RN(x r), dividing only where an FP8 rounding boundary may lie between q1 and x / s
+                     (encode8_div_midpoint; session 28)
+  unroll2 / occ6     2 chunks in flight / a register cap for 6 resident CTAs per SM (occupancy; session 28)
+  midpoint_unroll2, midpoint_occ6   both
 Every variant's codes and scales are compared bitwise with the default's on the same input (a random normal
 tensor with rows scaled over 2^-30 .. 2^30, so that scales span many binades). A copy of the same bytes is the
 bandwidth anchor. Writes benchmarks/results/<out>.{json,md,png}.
@@ -25,7 +29,7 @@ import numpy as np
 import _common
 import jax_moe_ffi as jmf
 
-VARIANTS = ("fdiv", "markstein", "unroll8", "markstein_unroll8")
+VARIANTS = ("fdiv", "markstein", "midpoint", "unroll2", "occ6", "midpoint_unroll2", "midpoint_occ6")
 
 
 def main(argv=None):

@@ -294,6 +294,34 @@ __device__ __forceinline__ uint2 encode8_div_fast(const uint32_t* w, float s) {
   return out;
 }
 
+// encode8 for one block factor shared by the chunk (kDiv only), from q1 = RN(x r), r = RN(1/s): q1 is within 2.5 f32
+// ulps of x / s (two roundings of relative size <= 2^-24 each, ulps >= 2^-24 |q|), so fp8(q1) == fp8(RN(x / s))
+// unless an FP8 rounding boundary lies between them -- a midpoint between two normal FP8 values (the f32 mantissa
+// bits below F's: exactly half) within 3 ulps of q1, or the subnormal FP8 range (|q1| < F's smallest normal); there
+// (about 7 in 2^20 elements of random data) it divides. Zeros are exact either way. Experiment builds only
+// (JAX_MOE_FFI_QUANT_EXPERIMENT=midpoint*, session 28): the 1 x 128 kernel is instruction-bound (ncu, call 5:
+// 211 instructions per 8 elements against MXFP8's 128, issue slots 70% busy at 50% occupancy; __fdiv_rn is MUFU +
+// FFMAs + FCHK + a branch per element).
+template <typename In, typename F>
+__device__ __forceinline__ uint2 encode8_div_midpoint(const uint32_t* w, float s) {
+  constexpr uint32_t kLow = F::kEmax == 8 ? 0xfffffu : 0x1fffffu;  // f32 mantissa bits below E4M3's 3 / E5M2's 2
+  constexpr uint32_t kMid = (kLow + 1) >> 1;
+  constexpr uint32_t kMinNormal = F::kEmax == 8 ? 0x3c800000u : 0x38800000u;  // 2^-6 / 2^-14
+  const float r = __frcp_rn(s);
+  float q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float v = In::value(w, j);
+    q[j] = __fmul_rn(v, r);
+    const uint32_t b = __float_as_uint(q[j]) & 0x7fffffffu;
+    if (b - 1u < kMinNormal + 3u || (b & kLow) - (kMid - 3u) <= 6u) q[j] = __fdiv_rn(v, s);
+  }
+  uint2 out;
+  out.x = cvt2<F>(q[0], q[1]) | (cvt2<F>(q[2], q[3]) << 16);
+  out.y = cvt2<F>(q[4], q[5]) | (cvt2<F>(q[6], q[7]) << 16);
+  return out;
+}
+
 template <int kMode>
 __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) {
   if (kMode == kMx)
@@ -306,9 +334,11 @@ __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) 
 // x viewed as [rows, cols]; the flat chunk space rows x cpr (cpr = chunks per row, padded to whole
 // blocks) is walked with the grid stride, kUnroll chunks per thread per iteration. `iters` is the same
 // for every thread, so all lanes of a warp reach the shuffles together.
+// kDivForm (kDiv only): 0 __fdiv_rn, 1 div_by_scale (Markstein), 2 encode8_div_midpoint; kMinBlocks: resident CTAs
+// per SM asked of the compiler (a register cap; experiments).
 template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
-          bool kFastDiv = false>
-__global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S* __restrict__ x, int64_t rows,
+          int kDivForm = 0, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) rowblock_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                              int64_t cols, uint8_t* __restrict__ data,
                                                              void* __restrict__ scale, int64_t iters) {
   constexpr int kLanes = kBlock / 8;  // threads per block: 4 (MXFP8) or 16 (1x128)
@@ -353,8 +383,10 @@ __global__ void __launch_bounds__(kThreads) rowblock_kernel(const typename In::S
       if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
       const Code code = block_code<F, kMode>(mx);
       uint2 q;
-      if constexpr (kFastDiv && kMode == kDiv) {
+      if constexpr (kDivForm == 1 && kMode == kDiv) {
         q = encode8_div_fast<In, F>(w[u], code.m);
+      } else if constexpr (kDivForm == 2 && kMode == kDiv) {
+        q = encode8_div_midpoint<In, F>(w[u], code.m);
       } else {
         float m[8];
 #pragma unroll
@@ -679,9 +711,9 @@ int64_t resident_ctas() {
 }
 
 template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
-          bool kFastDiv = false>
+          int kDivForm = 0, int kMinBlocks = 1>
 void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
-  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec, kUnroll, kFastDiv>;
+  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec, kUnroll, kDivForm, kMinBlocks>;
   const int64_t chunks = rows * cdiv(cols, kBlock) * (kBlock / 8);
   int64_t grid = cdiv(chunks, int64_t{kThreads} * kUnroll);
   const int64_t resident = resident_ctas<kernel>();
@@ -715,7 +747,8 @@ struct Job {
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only) for the 1 x 128 row quantiser:
-// fdiv (the default) | markstein (div_by_scale) | unroll8 | markstein_unroll8.
+// fdiv (the default) | markstein (div_by_scale) | unroll8 | markstein_unroll8 | midpoint (encode8_div_midpoint) |
+// unroll2 | occ6 (__launch_bounds__ min 6 CTAs) | midpoint_unroll2 | midpoint_occ6.
 std::string QuantRowExperiment() {
   const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
   return v != nullptr ? v : "";
@@ -730,11 +763,22 @@ void launch_rowblock_128(cudaStream_t stream, const Job& j) {
   if constexpr (kMode == kDiv) {
     const std::string e = QuantRowExperiment();
     if (e == "markstein")
-      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, true>(stream, j.x, rows, j.cols, j.data, j.scale);
+      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, 1>(stream, j.x, rows, j.cols, j.data, j.scale);
     if (e == "unroll8")
-      return launch_rowblock<In, F, kMode, 128, kVec, 8, false>(stream, j.x, rows, j.cols, j.data, j.scale);
+      return launch_rowblock<In, F, kMode, 128, kVec, 8, 0>(stream, j.x, rows, j.cols, j.data, j.scale);
     if (e == "markstein_unroll8")
-      return launch_rowblock<In, F, kMode, 128, kVec, 8, true>(stream, j.x, rows, j.cols, j.data, j.scale);
+      return launch_rowblock<In, F, kMode, 128, kVec, 8, 1>(stream, j.x, rows, j.cols, j.data, j.scale);
+    // session 28: fewer instructions (midpoint), more resident warps (unroll2, occ6: a 42-register cap)
+    if (e == "midpoint")
+      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, 2>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "unroll2")
+      return launch_rowblock<In, F, kMode, 128, kVec, 2, 0>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "occ6")
+      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, 0, 6>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "midpoint_unroll2")
+      return launch_rowblock<In, F, kMode, 128, kVec, 2, 2>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "midpoint_occ6")
+      return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, 2, 6>(stream, j.x, rows, j.cols, j.data, j.scale);
   }
 #endif
   launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, rows, j.cols, j.data, j.scale);
