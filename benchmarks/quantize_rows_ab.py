@@ -10,6 +10,7 @@ every call (cc/cuda/quantize.cu, launch_rowblock_128):
                      (encode8_div_midpoint; session 28)
   unroll2 / occ6     2 chunks in flight / a register cap for 6 resident CTAs per SM (occupancy; session 28)
   midpoint_unroll2, midpoint_occ6   both
+  x16 / x16_unroll2  16 elements per thread, 8 lanes per block (rowblock16_kernel; session 28)
 Every variant's codes and scales are compared bitwise with the default's on the same input (a random normal
 tensor with rows scaled over 2^-30 .. 2^30, so that scales span many binades). A copy of the same bytes is the
 bandwidth anchor. Writes benchmarks/results/<out>.{json,md,png}.
