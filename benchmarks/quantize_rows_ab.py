@@ -2,7 +2,10 @@
 
 Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: the handler reads JAX_MOE_FFI_QUANT_EXPERIMENT on
 every call (cc/cuda/quantize.cu, launch_rowblock_128):
-  fdiv               the default: x / s with __fdiv_rn per element, 4 chunks in flight per thread
+  default            rowblock16_kernel: 16 elements per thread, 8 lanes per block, 2 units in flight (session 28)
+  x16_unroll4        the same with 4 units in flight
+  x8                 rowblock_kernel, the default until session 28: 8 elements per thread, __fdiv_rn, 4 chunks in
+                     flight; the variants below are its forms
   markstein          x / s as RN(q1 + (x - q1 s) r), q1 = RN(x r), r = RN(1/s) (bitwise __fdiv_rn; div_by_scale)
   unroll8            the default with 8 chunks in flight
   markstein_unroll8  both
@@ -10,7 +13,6 @@ every call (cc/cuda/quantize.cu, launch_rowblock_128):
                      (encode8_div_midpoint; session 28)
   unroll2 / occ6     2 chunks in flight / a register cap for 6 resident CTAs per SM (occupancy; session 28)
   midpoint_unroll2, midpoint_occ6   both
-  x16 / x16_unroll2  16 elements per thread, 8 lanes per block (rowblock16_kernel; session 28)
 Every variant's codes and scales are compared bitwise with the default's on the same input (a random normal
 tensor with rows scaled over 2^-30 .. 2^30, so that scales span many binades). A copy of the same bytes is the
 bandwidth anchor. Writes benchmarks/results/<out>.{json,md,png}.
@@ -30,7 +32,7 @@ import numpy as np
 import _common
 import jax_moe_ffi as jmf
 
-VARIANTS = ("fdiv", "markstein", "midpoint", "unroll2", "occ6", "midpoint_unroll2", "midpoint_occ6")
+VARIANTS = ("default", "x16_unroll4", "x8")
 
 
 def main(argv=None):
@@ -59,7 +61,7 @@ def main(argv=None):
             nbytes = m * k * 3 + want_s.size * 4
             for r in range(args.rounds):
                 for v in args.variants.split(","):
-                    if v == "fdiv":
+                    if v == "default":
                         os.environ.pop("JAX_MOE_FFI_QUANT_EXPERIMENT", None)
                     else:
                         os.environ["JAX_MOE_FFI_QUANT_EXPERIMENT"] = v
@@ -68,7 +70,7 @@ def main(argv=None):
                                 and np.array_equal(np.asarray(got.scale).view(np.uint32), want_s.view(np.uint32)))
                     ms = _common.time_ms(fn, x)
                     rows.append({"case": f"[{m}, {k}] {fmt}", "impl": v, "pass": "quantize", "groups": "n/a",
-                                 "ms": ms, "gbps": nbytes / ms / 1e6, "bitwise_fdiv": same, "round": r})
+                                 "ms": ms, "gbps": nbytes / ms / 1e6, "bitwise_default": same, "round": r})
                     print(f"[{m}, {k}] {fmt} r{r} {v:>18} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s bitwise={same}",
                           flush=True)
             os.environ.pop("JAX_MOE_FFI_QUANT_EXPERIMENT", None)

@@ -400,11 +400,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rowblock_kernel(const ty
   }
 }
 
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// The 1 x 128 row quantiser with 16 elements per thread (experiment x16*, session 28): 8 lanes per block (3 shuffles
-// instead of 4), one walk step, one block code and one scale decision per 16 elements instead of per 8 -- the index
-// arithmetic and reduction that, beside the division, make the 1 x 128 kernel execute 1.64x the MXFP8 kernel's
-// instructions (ncu, call 5). Two 8-element chunks per unit, loaded and stored as rowblock_kernel's (kVec only).
+// The 1 x 128 row quantiser (the default where rows are 16-byte vectors, kVec): 16 elements per thread, 8 lanes per
+// block (3 shuffles instead of 4), one walk step, one block code and one scale decision per 16 elements instead of per
+// 8 -- the index arithmetic and reduction that, beside the division, made rowblock_kernel at 1 x 128 execute 1.64x
+// the MXFP8 kernel's instructions (ncu, session 28 call 5). Two 8-element chunks per unit, loaded, encoded and stored
+// as rowblock_kernel's, so the codes and scales are bitwise its own (every output of session 28 call 7's A/B,
+// quantize_rows_ab_x16_s28_h200.md: +17-21% on the five benchmark shapes with 2 units in flight, 3.0-3.3 TB/s).
 template <typename In, typename F, int kMode, int kUnroll>
 __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                                int64_t cols, uint8_t* __restrict__ data,
@@ -468,7 +469,6 @@ __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In:
     }
   }
 }
-#endif
 
 // ------------------------------------------------------------------------------------ band kernel
 // Byte b of each of four words, packed little-endian: (w0.b, w1.b, w2.b, w3.b).
@@ -793,8 +793,7 @@ void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t c
                                                               static_cast<uint8_t*>(data), scale, iters);
 }
 
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-template <typename In, typename F, int kMode, int kUnroll>
+template <typename In, typename F, int kMode, int kUnroll = 2>
 void launch_rowblock16(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
   constexpr auto kernel = rowblock16_kernel<In, F, kMode, kUnroll>;
   const int64_t units = rows * cdiv(cols, 128) * 8;
@@ -805,7 +804,6 @@ void launch_rowblock16(cudaStream_t stream, const void* x, int64_t rows, int64_t
   kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
                                                               static_cast<uint8_t*>(data), scale, iters);
 }
-#endif
 
 template <typename In, typename F, int kMode, int kBand, bool kVec>
 void launch_band(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
@@ -831,8 +829,10 @@ struct Job {
 
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only) for the 1 x 128 row quantiser:
-// fdiv (the default) | markstein (div_by_scale) | unroll8 | markstein_unroll8 | midpoint (encode8_div_midpoint) |
-// unroll2 | occ6 (__launch_bounds__ min 6 CTAs) | midpoint_unroll2 | midpoint_occ6 | x16 | x16_unroll2 (rowblock16_kernel).
+// the default (rowblock16_kernel, 2 units in flight, where rows are 16-byte vectors) | x16_unroll4 (4 in flight) |
+// x8 (rowblock_kernel: 8 elements per thread, __fdiv_rn, the default until session 28) and its variants markstein
+// (div_by_scale) | unroll8 | markstein_unroll8 | midpoint (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__
+// min 6 CTAs) | midpoint_unroll2 | midpoint_occ6.
 std::string QuantRowExperiment() {
   const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
   return v != nullptr ? v : "";
@@ -863,12 +863,15 @@ void launch_rowblock_128(cudaStream_t stream, const Job& j) {
       return launch_rowblock<In, F, kMode, 128, kVec, 2, 2>(stream, j.x, rows, j.cols, j.data, j.scale);
     if (e == "midpoint_occ6")
       return launch_rowblock<In, F, kMode, 128, kVec, kUnrollDefault, 2, 6>(stream, j.x, rows, j.cols, j.data, j.scale);
+    if (e == "x8")  // the default before session 28: rowblock_kernel, 8 elements per thread
+      return launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, rows, j.cols, j.data, j.scale);
     if constexpr (kVec) {
-      if (e == "x16") return launch_rowblock16<In, F, kMode, kUnrollDefault>(stream, j.x, rows, j.cols, j.data, j.scale);
-      if (e == "x16_unroll2") return launch_rowblock16<In, F, kMode, 2>(stream, j.x, rows, j.cols, j.data, j.scale);
+      if (e == "x16_unroll4")
+        return launch_rowblock16<In, F, kMode, kUnrollDefault>(stream, j.x, rows, j.cols, j.data, j.scale);
     }
   }
 #endif
+  if constexpr (kVec) return launch_rowblock16<In, F, kMode>(stream, j.x, rows, j.cols, j.data, j.scale);
   launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, rows, j.cols, j.data, j.scale);
 }
 
