@@ -443,18 +443,9 @@ ffi::Error RunFp8PerTensorExperiment(cudaStream_t stream, const Workspace& ws, c
   args.mainloop.ptr_B = arr.ptr_b;
   args.mainloop.dB = arr.stride_b;
   args.epilogue.thread.alpha = 1.0f;
-  if constexpr (GemmDef::kWithAddend) {
-    // D = acc + C, C read from D's own rows before they are written (same tile, same CTA): the accumulate form.
-    using Epi = typename GemmDef::Kernel::CollectiveEpilogue;
-    static_assert(std::is_same_v<typename Epi::InternalStrideC, typename Epi::InternalStrideD>);
-    args.epilogue.thread.beta = 1.0f;
-    args.epilogue.ptr_C = const_cast<const typename Fp8GroupArrays<GemmDef>::ElementD**>(arr.ptr_d);
-    args.epilogue.dC = arr.stride_d;
-  } else {
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = nullptr;
-  }
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arr.ptr_d;
   args.epilogue.dD = arr.stride_d;
   return LaunchCutlassKernel<Kernel>(args, workspace, stream, PerTensor::kName);
