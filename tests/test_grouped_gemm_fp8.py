@@ -849,3 +849,33 @@ def test_gpu_shared_lhs_blockwise_grads():
     exact = lambda d, w: jax.lax.ragged_dot(d, ref(w, 1, 2), gs, preferred_element_type=jnp.float32)
     want = jax.jit(lambda: exact(d0, w0) + exact(d1, w1))()
     assert similarity_loss(da, want) < 2e-3
+
+
+def test_shared_lhs_blockwise_under_scan_checkpoint_and_vmap():
+    """The FP8 pair composes with lax.scan over layers + jax.checkpoint + grad (against the same layers unrolled) and
+    with vmap over the weights (against the calls one by one, bitwise)."""
+    a, w0, w1, gs, _, _ = _shared_lhs_case(22, 96, 128, 128, 3, 4)
+    ws = (jnp.stack([w0, w0 * 0.5]), jnp.stack([w1, w1 * 2.0]))  # two "layers"
+
+    def layer(h, wl):
+        g, u = jmf.grouped_matmuls_shared_lhs(h, [wl[0], wl[1]], gs, recipe="blockwise")
+        return (jax.nn.silu(g.astype(jnp.float32)) * u.astype(jnp.float32)).astype(h.dtype), None
+
+    def scanned(a, ws):
+        return jnp.sum(jax.lax.scan(jax.checkpoint(layer), a, ws)[0].astype(jnp.float32))
+
+    def unrolled(a, ws):
+        h = a
+        for i in range(2):
+            h = layer(h, (ws[0][i], ws[1][i]))[0]
+        return jnp.sum(h.astype(jnp.float32))
+
+    g_s = jax.jit(jax.grad(scanned, (0, 1)))(a, ws)
+    g_u = jax.grad(unrolled, (0, 1))(a, ws)
+    for x, y in zip(jax.tree.leaves(g_s), jax.tree.leaves(g_u)):
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=2e-2, atol=2e-2)
+    outs = jax.vmap(lambda x, y: tuple(jmf.grouped_matmuls_shared_lhs(a, [x, y], gs, recipe="blockwise")))(*ws)
+    for i in range(2):
+        want = jmf.grouped_matmuls_shared_lhs(a, [ws[0][i], ws[1][i]], gs, recipe="blockwise")
+        for got, w in zip(outs, want):
+            np.testing.assert_array_equal(np.asarray(got[i], np.float32), np.asarray(w, np.float32))
