@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rowblock_kernel(const ty
 // 8 -- the index arithmetic and reduction that, beside the division, made rowblock_kernel at 1 x 128 execute 1.64x
 // the MXFP8 kernel's instructions (ncu, session 28 call 5). Two 8-element chunks per unit, loaded, encoded and stored
 // as rowblock_kernel's, so the codes and scales are bitwise its own (every output of session 28 call 7's A/B,
-// quantize_rows_ab_x16_s28_h200.md: +17-21% on the five benchmark shapes with 2 units in flight, 3.0-3.3 TB/s).
+// quantize_rows_ab_x16_s28_h200.md: +14-21% on the five benchmark shapes with 2 units in flight, 2.8-3.3 TB/s).
 template <typename In, typename F, int kMode, int kUnroll>
 __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                                int64_t cols, uint8_t* __restrict__ data,
