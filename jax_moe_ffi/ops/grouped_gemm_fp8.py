@@ -96,46 +96,37 @@ def _acc_reference_call(a, sa, bt, sb, group_sizes, addend):
     return (_reference_f32(a, sa, bt, sb, group_sizes) + addend.astype(jnp.float32)).astype(jnp.bfloat16)
 
 
-def _fp8_call(a, sa, bt, sb, group_sizes):
-    """out[M,N] bf16 = blockwise-scaled grouped product. a [M,K] fp8 with sa [M, K/128]; bt [G,N,K] fp8
-    (K contiguous) with sb [G, K/128, N/128]."""
+def _blockwise_call(target, args, reference, aliases=None):
+    """One blockwise FP8 kernel call: args = (a [M,K], sa, bt [G,N,K], sb, group_sizes[, addend]); `reference` on CPU
+    and wherever the CUDA kernel cannot take the call (said once on a GPU)."""
+    a, bt = args[0], args[2]
     m, k = a.shape
     g, n, _ = bt.shape
     out = jax.ShapeDtypeStruct((m, n), jnp.bfloat16)
     ws = jax.ShapeDtypeStruct((_workspace_bytes(g, m, k),), jnp.uint8)
-    cuda_call = jax.ffi.ffi_call(FP8_TARGET, (out, ws), vmap_method="sequential")
+    cuda_call = jax.ffi.ffi_call(target, (out, ws), vmap_method="sequential", input_output_aliases=aliases)
 
-    def cuda_fn(*args):
-        return cuda_call(*args)[0]
+    def cuda_fn(*xs):
+        return cuda_call(*xs)[0]
 
     unusable = None
-    if FP8_TARGET not in _registry.cuda_targets:
-        unusable = f"the CUDA library is not loaded or lacks the FP8 kernel ({_registry.cuda_load_error})"
+    if target not in _registry.cuda_targets:
+        unusable = f"the CUDA library is not loaded or lacks {target} ({_registry.cuda_load_error})"
     elif k % 16 or n % 8:
         unusable = f"the FP8 kernel needs K % 16 == 0 and N % 8 == 0, got K={k} N={n}"
-    return c.on_platforms(FP8_TARGET, (a, sa, bt, sb, group_sizes), cpu=_reference_call, cuda=cuda_fn,
-                          fallback=_reference_call, cuda_unusable=unusable)
+    return c.on_platforms(target, args, cpu=reference, cuda=cuda_fn, fallback=reference, cuda_unusable=unusable)
+
+
+def _fp8_call(a, sa, bt, sb, group_sizes):
+    """out[M,N] bf16 = blockwise-scaled grouped product. a [M,K] fp8 with sa [M, K/128]; bt [G,N,K] fp8
+    (K contiguous) with sb [G, K/128, N/128]."""
+    return _blockwise_call(FP8_TARGET, (a, sa, bt, sb, group_sizes), _reference_call)
 
 
 def _fp8_acc_call(a, sa, bt, sb, group_sizes, addend):
     """addend [M,N] bf16 + _fp8_call(a, sa, bt, sb, group_sizes), summed in float32 in the kernel's epilogue and
     rounded once; XLA aliases the output to addend. a must be E4M3 (the accumulate form's kernels)."""
-    m, k = a.shape
-    g, n, _ = bt.shape
-    out = jax.ShapeDtypeStruct((m, n), jnp.bfloat16)
-    ws = jax.ShapeDtypeStruct((_workspace_bytes(g, m, k),), jnp.uint8)
-    cuda_call = jax.ffi.ffi_call(FP8_ACC_TARGET, (out, ws), vmap_method="sequential", input_output_aliases={5: 0})
-
-    def cuda_fn(*args):
-        return cuda_call(*args)[0]
-
-    unusable = None
-    if FP8_ACC_TARGET not in _registry.cuda_targets:
-        unusable = f"the CUDA library is not loaded or lacks the FP8 accumulate kernel ({_registry.cuda_load_error})"
-    elif k % 16 or n % 8:
-        unusable = f"the FP8 kernel needs K % 16 == 0 and N % 8 == 0, got K={k} N={n}"
-    return c.on_platforms(FP8_ACC_TARGET, (a, sa, bt, sb, group_sizes, addend), cpu=_acc_reference_call,
-                          cuda=cuda_fn, fallback=_acc_reference_call, cuda_unusable=unusable)
+    return _blockwise_call(FP8_ACC_TARGET, (a, sa, bt, sb, group_sizes, addend), _acc_reference_call, {5: 0})
 
 
 def _wgrad_reference_call(at, sat, bt, sbt, plan):
