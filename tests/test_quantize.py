@@ -664,13 +664,15 @@ def test_gpu_matches_cpu_bitwise(dtype):
 @pytest.mark.parametrize("dtype", list(IN_DTYPES))
 def test_gpu_tiles_transposed_matches_cpu_bitwise(dtype):
     """The CUDA tile kernel's transposed store (8 x 8 byte blocks; 8-byte stores when R % 8 == 0, bytes
-    otherwise) gives the CPU's bits, plain and transposed, on odd shapes with specials."""
+    otherwise) gives the CPU's bits, plain and transposed, on odd shapes with specials; (40, 300, 520) has more tiles
+    than the H200 holds CTAs at once, so CTAs walk several tiles (and prefetch the next, across batch entries)."""
     from jax_moe_ffi import _registry
 
     assert "jax_moe_ffi_quantize_tiles_t" in _registry.cuda_targets, _registry.cuda_load_error
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
-    for shape in [(256, 256), (3, 2048, 768), (129, 77), (2, 161, 264), (5, 37), (1, 8), (300, 1000), (8, 136)]:
+    for shape in [(256, 256), (3, 2048, 768), (129, 77), (2, 161, 264), (5, 37), (1, 8), (300, 1000), (8, 136),
+                  (40, 300, 520)]:
         x = random_x(rng, shape, dtype, spread=40, specials=0.01)
         for kw in [{}, {"pow2_scale": True}, {"dtype": "e5m2"}]:
             for plain in (False, True):

@@ -85,6 +85,9 @@ __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
+// Brings the line holding p into L2 (no register written, nothing waits on it).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 __device__ __forceinline__ float f16_to_f32(uint16_t h) {  // exact (subnormals included)
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -331,98 +334,34 @@ __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) 
 }
 
 // -------------------------------------------------------------------------------- rowblock kernel
-// x viewed as [rows, cols]; the flat chunk space rows x cpr (cpr = chunks per row, padded to whole
-// blocks) is walked with the grid stride, kUnroll chunks per thread per iteration. `iters` is the same
-// for every thread, so all lanes of a warp reach the shuffles together.
+// x viewed as [rows, cols]; the flat unit space rows x upr (upr = units per row, padded to whole blocks; a unit is
+// kChunks chunks of 8 elements) is walked with the grid stride, kUnroll units per thread per iteration. `iters` is the
+// same for every thread, so all lanes of a warp reach the shuffles together.
+// kChunks = 2 (the 1 x 128 default where rows are 16-byte vectors, session 28): 8 lanes per block instead of 16, and
+// one walk step, block code and scale decision per 16 elements instead of per 8 -- the index arithmetic and reduction
+// that, beside the division, made the 8-element form at 1 x 128 execute 1.64x the MXFP8 kernel's instructions (ncu,
+// session 28 call 5); +14-21% on the five benchmark shapes (quantize_rows_ab_x16_s28_h200.md). Each chunk is loaded,
+// encoded and stored as with kChunks = 1, so the codes and scales do not depend on kChunks.
 // kDivForm (kDiv only): 0 __fdiv_rn, 1 div_by_scale (Markstein), 2 encode8_div_midpoint; kMinBlocks: resident CTAs
 // per SM asked of the compiler (a register cap; experiments).
 template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
-          int kDivForm = 0, int kMinBlocks = 1>
+          int kDivForm = 0, int kMinBlocks = 1, int kChunks = 1>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) rowblock_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                              int64_t cols, uint8_t* __restrict__ data,
                                                              void* __restrict__ scale, int64_t iters) {
-  constexpr int kLanes = kBlock / 8;  // threads per block: 4 (MXFP8) or 16 (1x128)
+  constexpr int kLanes = kBlock / (8 * kChunks);  // threads per block: 4 (MXFP8), 16 or 8 (1x128)
   const int64_t nb = (cols + kBlock - 1) / kBlock;
-  const int64_t cpr = nb * kLanes;  // a multiple of kLanes: a lane group never straddles two rows
+  const int64_t upr = nb * kLanes;  // a multiple of kLanes: a lane group never straddles two rows
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;  // a multiple of 32
   const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  int64_t r = f0 / cpr, c = f0 - (f0 / cpr) * cpr;  // this thread's next chunk
-  const int64_t dr = stride / cpr, dc = stride - dr * cpr;
+  int64_t r = f0 / upr, c = f0 - (f0 / upr) * upr;  // this thread's next unit
+  const int64_t dr = stride / upr, dc = stride - dr * upr;
   for (int64_t it = 0; it < iters; ++it) {
-    uint32_t w[kUnroll][In::kW];
+    uint32_t w[kUnroll][kChunks][In::kW];
     int64_t rr[kUnroll];
     int64_t cc[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // all loads first
-      rr[u] = r;
-      cc[u] = c;
-      c += dc;
-      r += dr;
-      if (c >= cpr) {
-        c -= cpr;
-        ++r;
-      }
-      if (rr[u] < rows) {
-        load_chunk<In, kVec>(x + rr[u] * cols, cc[u] * 8, cols, w[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < In::kW; ++i) w[u][i] = 0;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      uint32_t a[In::kW];
-#pragma unroll
-      for (int i = 0; i < In::kW; ++i) a[i] = In::abs(w[u][i]);
-      uint32_t mx = In::fold(a);
-#pragma unroll
-      for (int o = 1; o < kLanes; o <<= 1) {
-        const uint32_t n = __shfl_xor_sync(kFull, mx, o);
-        mx = n > mx ? n : mx;
-      }
-      if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
-      const Code code = block_code<F, kMode>(mx);
-      uint2 q;
-      if constexpr (kDivForm == 1 && kMode == kDiv) {
-        q = encode8_div_fast<In, F>(w[u], code.m);
-      } else if constexpr (kDivForm == 2 && kMode == kDiv) {
-        q = encode8_div_midpoint<In, F>(w[u], code.m);
-      } else {
-        float m[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) m[j] = code.m;
-        q = encode8<In, F, kMode>(w[u], m);
-      }
-      if (code.nan) q = make_uint2(kNaN4, kNaN4);
-      store_chunk<kVec>(data + rr[u] * cols, cc[u] * 8, cols, q);
-      if (cc[u] % kLanes == 0) store_scale<kMode>(scale, rr[u] * nb + cc[u] / kLanes, code.out);
-    }
-  }
-}
-
-// The 1 x 128 row quantiser (the default where rows are 16-byte vectors, kVec): 16 elements per thread, 8 lanes per
-// block (3 shuffles instead of 4), one walk step, one block code and one scale decision per 16 elements instead of per
-// 8 -- the index arithmetic and reduction that, beside the division, made rowblock_kernel at 1 x 128 execute 1.64x
-// the MXFP8 kernel's instructions (ncu, session 28 call 5). Two 8-element chunks per unit, loaded, encoded and stored
-// as rowblock_kernel's, so the codes and scales are bitwise its own (every output of session 28 call 7's A/B,
-// quantize_rows_ab_x16_s28_h200.md: +14-21% on the five benchmark shapes with 2 units in flight, 2.8-3.3 TB/s).
-template <typename In, typename F, int kMode, int kUnroll>
-__global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In::S* __restrict__ x, int64_t rows,
-                                                               int64_t cols, uint8_t* __restrict__ data,
-                                                               void* __restrict__ scale, int64_t iters) {
-  constexpr int kBlock = 128, kLanes = kBlock / 16;
-  const int64_t nb = (cols + kBlock - 1) / kBlock;
-  const int64_t upr = nb * kLanes;  // 16-element units per row (padded to whole blocks)
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  int64_t r = f0 / upr, c = f0 - (f0 / upr) * upr;
-  const int64_t dr = stride / upr, dc = stride - dr * upr;
-  for (int64_t it = 0; it < iters; ++it) {
-    uint32_t w[kUnroll][2][In::kW];
-    int64_t rr[kUnroll];
-    int64_t cc[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
       rr[u] = r;
       cc[u] = c;
       c += dc;
@@ -432,9 +371,9 @@ __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In:
         ++r;
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < kChunks; ++h) {
         if (rr[u] < rows) {
-          load_chunk<In, true>(x + rr[u] * cols, cc[u] * 16 + h * 8, cols, w[u][h]);
+          load_chunk<In, kVec>(x + rr[u] * cols, (cc[u] * kChunks + h) * 8, cols, w[u][h]);
         } else {
 #pragma unroll
           for (int i = 0; i < In::kW; ++i) w[u][h][i] = 0;
@@ -443,14 +382,15 @@ __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In:
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      uint32_t a[In::kW], b[In::kW];
+      uint32_t mx = 0;
 #pragma unroll
-      for (int i = 0; i < In::kW; ++i) {
-        a[i] = In::abs(w[u][0][i]);
-        b[i] = In::abs(w[u][1][i]);
+      for (int h = 0; h < kChunks; ++h) {
+        uint32_t a[In::kW];
+#pragma unroll
+        for (int i = 0; i < In::kW; ++i) a[i] = In::abs(w[u][h][i]);
+        const uint32_t f = In::fold(a);
+        mx = h == 0 || f > mx ? f : mx;
       }
-      const uint32_t fa = In::fold(a), fb = In::fold(b);
-      uint32_t mx = fa > fb ? fa : fb;
 #pragma unroll
       for (int o = 1; o < kLanes; o <<= 1) {
         const uint32_t n = __shfl_xor_sync(kFull, mx, o);
@@ -458,13 +398,22 @@ __global__ void __launch_bounds__(kThreads) rowblock16_kernel(const typename In:
       }
       if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
       const Code code = block_code<F, kMode>(mx);
-      float m[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) m[j] = code.m;
-      uint2 q0 = encode8<In, F, kMode>(w[u][0], m), q1 = encode8<In, F, kMode>(w[u][1], m);
-      if (code.nan) q0 = q1 = make_uint2(kNaN4, kNaN4);
-      store_chunk<true>(data + rr[u] * cols, cc[u] * 16, cols, q0);
-      store_chunk<true>(data + rr[u] * cols, cc[u] * 16 + 8, cols, q1);
+      for (int h = 0; h < kChunks; ++h) {
+        uint2 q;
+        if constexpr (kDivForm == 1 && kMode == kDiv) {
+          q = encode8_div_fast<In, F>(w[u][h], code.m);
+        } else if constexpr (kDivForm == 2 && kMode == kDiv) {
+          q = encode8_div_midpoint<In, F>(w[u][h], code.m);
+        } else {
+          float m[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) m[j] = code.m;
+          q = encode8<In, F, kMode>(w[u][h], m);
+        }
+        if (code.nan) q = make_uint2(kNaN4, kNaN4);
+        store_chunk<kVec>(data + rr[u] * cols, (cc[u] * kChunks + h) * 8, cols, q);
+      }
       if (cc[u] % kLanes == 0) store_scale<kMode>(scale, rr[u] * nb + cc[u] / kLanes, code.out);
     }
   }
@@ -558,7 +507,11 @@ enum Band { kCol32 = 0, kCol128 = 1, kTile128 = 2 };
 //   data_t (kTile128 only, may be null): also write the codes transposed, data_t[b, c, r] = data[b, r, c]
 //   (the K-major copy an FP8 GEMM needs of a weight stored N-major: 128x128 tiles and their scales are the
 //   same either way). `data` may then be null (only the transposed copy is wanted).
-template <typename In, typename F, int kMode, int kBand, bool kVec>
+//   kPrefetch: at the start of each tile, ask L2 for this thread's chunks of the CTA's next tile, so that their DRAM
+//   reads overlap this tile's reduction, encoding and stores (without it ncu showed the kernel waiting on its loads:
+//   the first use of the loaded words and the barrier after them held 37% of the stall samples, DRAM 70% busy;
+//   session 29 call 1).
+template <typename In, typename F, int kMode, int kBand, bool kVec, bool kPrefetch = true>
 __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __restrict__ x, int64_t rows,
                                                          int64_t cols, uint8_t* __restrict__ data,
                                                          void* __restrict__ scale, int64_t tiles,
@@ -576,6 +529,16 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const typename In::S* __
     const int64_t tc = tile % nbc, tr = (tile / nbc) % nbr, b = tile / (nbc * nbr);
     const int64_t r0 = tr * kTile + r_in, c0 = tc * kTile + c_in;
     const typename In::S* xb = x + b * rows * cols;
+    if (kPrefetch && tile + gridDim.x < tiles) {
+      const int64_t nt = tile + gridDim.x;
+      const int64_t nr0 = (nt / nbc) % nbr * kTile + r_in, nc0 = nt % nbc * kTile + c_in;
+      const typename In::S* nxb = x + nt / (nbc * nbr) * rows * cols;
+      if (nc0 < cols) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (nr0 + i < rows) prefetch_l2(nxb + (nr0 + i) * cols + nc0);
+      }
+    }
     uint32_t w[8][kW];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // all 8 loads first
@@ -781,22 +744,10 @@ int64_t resident_ctas() {
 }
 
 template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
-          int kDivForm = 0, int kMinBlocks = 1>
+          int kDivForm = 0, int kMinBlocks = 1, int kChunks = 1>
 void launch_rowblock(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
-  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec, kUnroll, kDivForm, kMinBlocks>;
-  const int64_t chunks = rows * cdiv(cols, kBlock) * (kBlock / 8);
-  int64_t grid = cdiv(chunks, int64_t{kThreads} * kUnroll);
-  const int64_t resident = resident_ctas<kernel>();
-  if (grid > resident) grid = resident;
-  const int64_t iters = cdiv(chunks, grid * kThreads * kUnroll);
-  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
-                                                              static_cast<uint8_t*>(data), scale, iters);
-}
-
-template <typename In, typename F, int kMode, int kUnroll = 2>
-void launch_rowblock16(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
-  constexpr auto kernel = rowblock16_kernel<In, F, kMode, kUnroll>;
-  const int64_t units = rows * cdiv(cols, 128) * 8;
+  constexpr auto kernel = rowblock_kernel<In, F, kMode, kBlock, kVec, kUnroll, kDivForm, kMinBlocks, kChunks>;
+  const int64_t units = rows * cdiv(cols, kBlock) * (kBlock / (8 * kChunks));
   int64_t grid = cdiv(units, int64_t{kThreads} * kUnroll);
   const int64_t resident = resident_ctas<kernel>();
   if (grid > resident) grid = resident;
@@ -805,17 +756,46 @@ void launch_rowblock16(cudaStream_t stream, const void* x, int64_t rows, int64_t
                                                               static_cast<uint8_t*>(data), scale, iters);
 }
 
+// The 1 x 128 default where rows are 16-byte vectors: 16 elements per thread, kUnroll units in flight.
+template <typename In, typename F, int kMode, int kUnroll = 2>
+void launch_rowblock16(cudaStream_t stream, const void* x, int64_t rows, int64_t cols, void* data, void* scale) {
+  launch_rowblock<In, F, kMode, 128, true, kUnroll, 0, 1, 2>(stream, x, rows, cols, data, scale);
+}
+
+template <auto kKernel, typename In>
+void launch_band_kernel(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
+                        void* scale, void* data_t) {
+  const int64_t tiles = batch * cdiv(rows, kTile) * cdiv(cols, kTile);
+  int64_t grid = tiles;
+  const int64_t resident = resident_ctas<kKernel>();
+  if (grid > resident) grid = resident;
+  kKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
+                                                               static_cast<uint8_t*>(data), scale, tiles,
+                                                               static_cast<uint8_t*>(data_t));
+}
+
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+// JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only). The band kernel: band_noprefetch (without the
+// L2 prefetch of the next tile; the default until session 29). The 1 x 128 row quantiser: the default (16 elements
+// per thread, 2 units in flight, where rows are 16-byte vectors) | x16_unroll4 (4 in flight) | x8 (8 elements per
+// thread, 4 in flight: the default until session 28) and its variants markstein (div_by_scale) | unroll8 |
+// markstein_unroll8 | midpoint (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__ min 6 CTAs) |
+// midpoint_unroll2 | midpoint_occ6.
+std::string QuantRowExperiment() {
+  const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
+  return v != nullptr ? v : "";
+}
+#endif
+
 template <typename In, typename F, int kMode, int kBand, bool kVec>
 void launch_band(cudaStream_t stream, const void* x, int64_t batch, int64_t rows, int64_t cols, void* data,
                  void* scale, void* data_t = nullptr) {
-  constexpr auto kernel = band_kernel<In, F, kMode, kBand, kVec>;
-  const int64_t tiles = batch * cdiv(rows, kTile) * cdiv(cols, kTile);
-  int64_t grid = tiles;
-  const int64_t resident = resident_ctas<kernel>();
-  if (grid > resident) grid = resident;
-  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(static_cast<const typename In::S*>(x), rows, cols,
-                                                              static_cast<uint8_t*>(data), scale, tiles,
-                                                              static_cast<uint8_t*>(data_t));
+#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
+  if (QuantRowExperiment() == "band_noprefetch")  // the band kernel before session 29
+    return launch_band_kernel<band_kernel<In, F, kMode, kBand, kVec, false>, In>(stream, x, batch, rows, cols, data,
+                                                                               scale, data_t);
+#endif
+  launch_band_kernel<band_kernel<In, F, kMode, kBand, kVec>, In>(stream, x, batch, rows, cols, data, scale, data_t);
 }
 
 // One quantisation: x as [batch, rows, cols] (rowblock kernels ignore the batch: rows = batch * rows).
@@ -827,17 +807,6 @@ struct Job {
   void* data_t = nullptr;  // 128x128 tiles only: also the transposed codes (then `data` may be null)
 };
 
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only) for the 1 x 128 row quantiser:
-// the default (rowblock16_kernel, 2 units in flight, where rows are 16-byte vectors) | x16_unroll4 (4 in flight) |
-// x8 (rowblock_kernel: 8 elements per thread, __fdiv_rn, the default until session 28) and its variants markstein
-// (div_by_scale) | unroll8 | markstein_unroll8 | midpoint (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__
-// min 6 CTAs) | midpoint_unroll2 | midpoint_occ6.
-std::string QuantRowExperiment() {
-  const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
-  return v != nullptr ? v : "";
-}
-#endif
 
 // 1 x 128 blocks along rows (blockwise activations and gradients).
 template <typename In, typename F, int kMode, bool kVec>
