@@ -227,6 +227,9 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a tiny config for a CPU smoke run")
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=0,
+                    help=f"sequences per step (default {Config.batch} x {Config.seq} tokens): more tokens per step "
+                         "share the per-step costs (the optimizer update, the FP8 weights' quantisation)")
     ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"],
                     help="attention implementation (auto: cuDNN flash attention on GPU when it compiles)")
     ap.add_argument("--variants", default="naive,ours_exact,ours_exact_save,ours,ours_save,ours_fp8,ours_fp8_save,"
@@ -246,6 +249,8 @@ def main(argv=None):
         cfg = dataclasses.replace(cfg, aux_loss=args.aux_loss)
     if args.layers:
         cfg = dataclasses.replace(cfg, layers=args.layers)
+    if args.batch:
+        cfg = dataclasses.replace(cfg, batch=args.batch)
     dtype = jnp.float32 if args.tiny else jnp.bfloat16
     ATTENTION_IMPL[0] = pick_attention(args.attention, cfg, dtype)
     print(f"attention: {ATTENTION_IMPL[0]}")
