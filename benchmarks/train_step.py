@@ -4,7 +4,7 @@ naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mod
 `optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
 dropless anchors on XLA's `ragged_dot` and tokamax (when importable). Not in the default list:
-`ours_exact_noremat` (the model without jax.checkpoint on its layers); `*_keepcse` (optimized variants that keep
+`ours_exact_noremat`, `ours_noremat`, `ours_fp8_noremat` (the model without jax.checkpoint on its layers); `*_keepcse` (optimized variants that keep
 the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body); `tokamax_nocse` (the
 tokamax anchor written with prevent_cse=False); `ours_fp8*_inbody` (the FP8 variants with the weights quantised per
 layer inside the scan, where optimize() quantises them once before it); `<variant>_noinit` (any variant compiled
@@ -267,6 +267,10 @@ def main(argv=None):
         "ours_save": jmf.optimize(naive_loss, mode="dropless", offload="device"),
         # the same model without jax.checkpoint on its layers (every residual kept): what saving everything costs
         "ours_exact_noremat": jmf.optimize(make_loss(cfg, moe_capacity_einsum, remat=False), mode="exact"),
+        # dropless bf16 / FP8 on that model: no recompute of attention and its projections in the backward
+        "ours_noremat": jmf.optimize(make_loss(cfg, moe_capacity_einsum, remat=False), mode="dropless"),
+        "ours_fp8_noremat": jmf.optimize(make_loss(cfg, moe_capacity_einsum, remat=False), mode="dropless",
+                                         recipe="blockwise"),
         "ours_fp8": jmf.optimize(naive_loss, mode="dropless", recipe="blockwise"),
         # offload="device" with FP8 also keeps the weights' FP8 quantisation (runtime.FP8_WEIGHTS_NAME): the
         # backward's recompute does not quantise the weights a second time
