@@ -3,9 +3,10 @@ quantiser (band_kernel, both orientations, as `quantize_weights`): their variant
 
 Needs a CUDA library built with -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON: the handler reads JAX_MOE_FFI_QUANT_EXPERIMENT on
 every call (cc/cuda/quantize.cu, launch_rowblock_128):
-  default            rowblock16_kernel: 16 elements per thread, 8 lanes per block, 2 units in flight (session 28)
+  default            rowblock_kernel with 16 elements per thread (kChunks = 2), 8 lanes per block, 2 units in
+                     flight (session 28; one kernel with the 8-element form since session 29)
   x16_unroll4        the same with 4 units in flight
-  x8                 rowblock_kernel, the default until session 28: 8 elements per thread, __fdiv_rn, 4 chunks in
+  x8                 8 elements per thread (kChunks = 1), the default until session 28: __fdiv_rn, 4 chunks in
                      flight; the variants below are its forms
   markstein          x / s as RN(q1 + (x - q1 s) r), q1 = RN(x r), r = RN(1/s) (bitwise __fdiv_rn; div_by_scale)
   unroll8            the default with 8 chunks in flight
@@ -14,9 +15,9 @@ every call (cc/cuda/quantize.cu, launch_rowblock_128):
                      (encode8_div_midpoint; session 28)
   unroll2 / occ6     2 chunks in flight / a register cap for 6 resident CTAs per SM (occupancy; session 28)
   midpoint_unroll2, midpoint_occ6   both
-With --weights (variants default,band_noprefetch):
-  default            band_kernel with an L2 prefetch of the CTA's next tile (session 29)
-  band_noprefetch    without it (the default until session 29)
+With --weights (variants default,band_prefetch):
+  default            band_kernel
+  band_prefetch      with an L2 prefetch of each CTA's next tile (session 29: 11-13% slower)
 Every variant's codes and scales are compared bitwise with the default's on the same input (a random normal
 tensor with rows scaled over 2^-30 .. 2^30, so that scales span many binades). A copy of the same bytes is the
 bandwidth anchor. Writes benchmarks/results/<out>.{json,md,png}.
@@ -38,7 +39,7 @@ import _common
 import jax_moe_ffi as jmf
 
 VARIANTS = ("default", "x16_unroll4", "x8")
-WEIGHT_VARIANTS = ("default", "band_noprefetch")
+WEIGHT_VARIANTS = ("default", "band_prefetch")
 # expert weights [E, K, N]: the train step's stacked gate/up and down (4 layers x 128 experts, quantised once a step),
 # and the gate_up weights of three benchmark shapes
 WEIGHT_SHAPES = ((512, 2048, 768), (512, 768, 2048), (128, 2048, 1536), (32, 7168, 4096), (16, 4096, 3072))

@@ -341,7 +341,8 @@ __device__ __forceinline__ void store_scale(void* scale, int64_t i, uint32_t v) 
 // one walk step, block code and scale decision per 16 elements instead of per 8 -- the index arithmetic and reduction
 // that, beside the division, made the 8-element form at 1 x 128 execute 1.64x the MXFP8 kernel's instructions (ncu,
 // session 28 call 5); +14-21% on the five benchmark shapes (quantize_rows_ab_x16_s28_h200.md). Each chunk is loaded,
-// encoded and stored as with kChunks = 1, so the codes and scales do not depend on kChunks.
+// encoded and stored as with kChunks = 1, so the codes and scales do not depend on kChunks. (Session 28 shipped this
+// as a separate kernel; merged in session 29, measured 0-2% below it, bitwise: quantize_rows_ab_merged2_s29_h200.md.)
 // kDivForm (kDiv only): 0 __fdiv_rn, 1 div_by_scale (Markstein), 2 encode8_div_midpoint; kMinBlocks: resident CTAs
 // per SM asked of the compiler (a register cap; experiments).
 template <typename In, typename F, int kMode, int kBlock, bool kVec, int kUnroll = kUnrollDefault,
@@ -424,75 +425,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rowblock_kernel(const ty
     }
   }
 }
-
-#ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-// Experiment builds only, for one A/B against the merged rowblock_kernel<..., kChunks = 2> (session 29; variant
-// x16_s28): session 28's separate 16-element kernel, as it was shipped. To be deleted after that measurement.
-template <typename In, typename F, int kMode, int kUnroll>
-__global__ void __launch_bounds__(kThreads) rowblock16_s28_kernel(const typename In::S* __restrict__ x, int64_t rows,
-                                                               int64_t cols, uint8_t* __restrict__ data,
-                                                               void* __restrict__ scale, int64_t iters) {
-  constexpr int kBlock = 128, kLanes = kBlock / 16;
-  const int64_t nb = (cols + kBlock - 1) / kBlock;
-  const int64_t upr = nb * kLanes;  // 16-element units per row (padded to whole blocks)
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  int64_t r = f0 / upr, c = f0 - (f0 / upr) * upr;
-  const int64_t dr = stride / upr, dc = stride - dr * upr;
-  for (int64_t it = 0; it < iters; ++it) {
-    uint32_t w[kUnroll][2][In::kW];
-    int64_t rr[kUnroll];
-    int64_t cc[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      rr[u] = r;
-      cc[u] = c;
-      c += dc;
-      r += dr;
-      if (c >= upr) {
-        c -= upr;
-        ++r;
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rr[u] < rows) {
-          load_chunk<In, true>(x + rr[u] * cols, cc[u] * 16 + h * 8, cols, w[u][h]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < In::kW; ++i) w[u][h][i] = 0;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      uint32_t a[In::kW], b[In::kW];
-#pragma unroll
-      for (int i = 0; i < In::kW; ++i) {
-        a[i] = In::abs(w[u][0][i]);
-        b[i] = In::abs(w[u][1][i]);
-      }
-      const uint32_t fa = In::fold(a), fb = In::fold(b);
-      uint32_t mx = fa > fb ? fa : fb;
-#pragma unroll
-      for (int o = 1; o < kLanes; o <<= 1) {
-        const uint32_t n = __shfl_xor_sync(kFull, mx, o);
-        mx = n > mx ? n : mx;
-      }
-      if (rr[u] >= rows) continue;  // after the shuffles: every lane took part
-      const Code code = block_code<F, kMode>(mx);
-      float m[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) m[j] = code.m;
-      uint2 q0 = encode8<In, F, kMode>(w[u][0], m), q1 = encode8<In, F, kMode>(w[u][1], m);
-      if (code.nan) q0 = q1 = make_uint2(kNaN4, kNaN4);
-      store_chunk<true>(data + rr[u] * cols, cc[u] * 16, cols, q0);
-      store_chunk<true>(data + rr[u] * cols, cc[u] * 16 + 8, cols, q1);
-      if (cc[u] % kLanes == 0) store_scale<kMode>(scale, rr[u] * nb + cc[u] / kLanes, code.out);
-    }
-  }
-}
-
-#endif
 
 // ------------------------------------------------------------------------------------ band kernel
 // Byte b of each of four words, packed little-endian: (w0.b, w1.b, w2.b, w3.b).
@@ -853,7 +785,7 @@ void launch_band_kernel(cudaStream_t stream, const void* x, int64_t batch, int64
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only). The band kernel: band_prefetch (an L2 prefetch
 // of each CTA's next tile). The 1 x 128 row quantiser: the default (16 elements per thread, 2 units in flight, where
-// rows are 16-byte vectors) | x16_s28 (session 28's separate kernel for that) | x16_unroll4 (4 in flight) | x8 (8 elements per
+// rows are 16-byte vectors) | x16_unroll4 (4 in flight) | x8 (8 elements per
 // thread, 4 in flight: the default until session 28) and its variants markstein (div_by_scale) | unroll8 |
 // markstein_unroll8 | midpoint (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__ min 6 CTAs) |
 // midpoint_unroll2 | midpoint_occ6.
@@ -911,17 +843,6 @@ void launch_rowblock_128(cudaStream_t stream, const Job& j) {
     if (e == "x8")  // the default before session 28: rowblock_kernel, 8 elements per thread
       return launch_rowblock<In, F, kMode, 128, kVec>(stream, j.x, rows, j.cols, j.data, j.scale);
     if constexpr (kVec) {
-      if (e == "x16_s28") {
-        constexpr auto kernel = rowblock16_s28_kernel<In, F, kMode, 2>;
-        const int64_t units = rows * cdiv(j.cols, 128) * 8;
-        int64_t grid = cdiv(units, int64_t{kThreads} * 2);
-        const int64_t resident = resident_ctas<kernel>();
-        if (grid > resident) grid = resident;
-        kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-            static_cast<const typename In::S*>(j.x), rows, j.cols, static_cast<uint8_t*>(j.data), j.scale,
-            cdiv(units, grid * kThreads * 2));
-        return;
-      }
       if (e == "x16_unroll4")
         return launch_rowblock16<In, F, kMode, kUnrollDefault>(stream, j.x, rows, j.cols, j.data, j.scale);
     }
