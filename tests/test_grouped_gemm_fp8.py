@@ -141,6 +141,8 @@ def test_pass_with_blockwise_recipe():
     assert similarity_loss(out, ref) < 5e-3  # three chained FP8 GEMMs (gate, up, down)
     text = str(jmf.explain(fn, p, x, recipe="blockwise"))
     assert "recipe='blockwise'" in text
+    assert "quantisation of every FP8 GEMM's rows" in text  # the cost side of FP8, said where it is chosen
+    assert "quantisation of every FP8 GEMM's rows" not in str(jmf.explain(fn, p, x))
     hlo = jax.jit(fast).lower(p, x).as_text()
     assert "jax_moe_ffi_quantize_blockwise" in hlo
 
