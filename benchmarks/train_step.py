@@ -4,15 +4,17 @@ naive way (GShard capacity-einsum MoE) and run as written, through `optimize(mod
 `optimize(mode="dropless")`, the same two with `offload="device"` (`*_save`: the layer's jax.checkpoint keeps the
 expert GEMM outputs instead of recomputing them), FP8 (`optimize(mode="dropless", recipe="blockwise")`), and
 dropless anchors on XLA's `ragged_dot` and tokamax (when importable). Not in the default list:
-`ours_exact_noremat`, `ours_noremat`, `ours_fp8_noremat` (the model without jax.checkpoint on its layers); `*_keepcse` (optimized variants that keep
-the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in the scan body); `tokamax_nocse` (the
-tokamax anchor written with prevent_cse=False); `ours_fp8*_inbody` (the FP8 variants with the weights quantised per
-layer inside the scan, where optimize() quantises them once before it); `<variant>_noinit` (any variant compiled
-under `runtime.uninitialized_scan_outputs()`: its scans' stacked outputs are not zero-filled first). Reports step time, tokens/s, model TFLOP/s
-(model FLOPs, no padding, and for the capacity variants only the (token, expert) pairs their capacity keeps, measured on
-the timed step's inputs: `pairs_kept`), peak memory, and the loss after N steps on the same data.
+`ours_exact_noremat`, `ours_noremat`, `ours_fp8_noremat` (the model without jax.checkpoint on its layers);
+`*_keepcse` (optimized variants that keep the model's jax.checkpoint(prevent_cse=True) where optimize() drops it in
+the scan body); `tokamax_nocse` (the tokamax anchor written with prevent_cse=False); `ours_fp8*_inbody` (the FP8
+variants with the weights quantised per layer inside the scan, where optimize() quantises them once before it);
+`<variant>_noinit` (any variant compiled under `runtime.uninitialized_scan_outputs()`: its scans' stacked outputs are
+not zero-filled first). Reports step time, tokens/s, model TFLOP/s (model FLOPs, no padding, and for the capacity
+variants only the (token, expert) pairs their capacity keeps, measured on the timed step's inputs: `pairs_kept`), peak
+memory, and the loss after N steps on the same data.
 
   python benchmarks/train_step.py                       # GPU: Qwen3-30B-A3B shapes, 4 layers, bf16
+  python benchmarks/train_step.py --batch 16 --variants ours_save_noinit,ours_fp8_save_noinit   # 16 x 2048 tokens
   python benchmarks/train_step.py --tiny --steps 3      # CPU smoke run
 
 Writes benchmarks/results/train_step_<machine>.{json,md,png}.

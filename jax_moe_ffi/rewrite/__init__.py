@@ -245,8 +245,8 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                          "bytes moved per element, near the copy rate), which grows with tokens as the FP8 GEMMs' "
                          "saving does; the weights' quantisation is paid once a step. On one H200, experts of "
                          "2048 x 768 (Qwen3-30B): the training step is 0.96x of bf16 at 4 x 2048 tokens and "
-                         "1.00-1.015x from 16 x 2048 (the FP8 grouped GEMM forward alone: 1.4-1.8x bf16 on the benchmark "
-                         "shapes, with cached weights and its rows quantised beforehand)")
+                         "1.00-1.015x from 16 x 2048 (the FP8 grouped GEMM forward alone: 1.4-1.8x bf16 on the "
+                         "benchmark shapes, with cached weights and its rows quantised beforehand)")
     remats_with_sites = [p for p in plan.all_plans()
                          if p.path.endswith("remat/") and any(q.sites for q in p.all_plans())]
     from jax_moe_ffi.rewrite import interp as _interp
