@@ -785,10 +785,9 @@ void launch_band_kernel(cudaStream_t stream, const void* x, int64_t batch, int64
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
 // JAX_MOE_FFI_QUANT_EXPERIMENT (read per call; experiment builds only). The band kernel: band_prefetch (an L2 prefetch
 // of each CTA's next tile). The 1 x 128 row quantiser: the default (16 elements per thread, 2 units in flight, where
-// rows are 16-byte vectors) | x16_unroll4 (4 in flight) | x8 (8 elements per
-// thread, 4 in flight: the default until session 28) and its variants markstein (div_by_scale) | unroll8 |
-// markstein_unroll8 | midpoint (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__ min 6 CTAs) |
-// midpoint_unroll2 | midpoint_occ6.
+// rows are 16-byte vectors) | x16_unroll4 (4 in flight) | x8 (8 elements per thread, 4 in flight: the default until
+// session 28) and its variants markstein (div_by_scale) | unroll8 | markstein_unroll8 | midpoint
+// (encode8_div_midpoint) | unroll2 | occ6 (__launch_bounds__ min 6 CTAs) | midpoint_unroll2 | midpoint_occ6.
 std::string QuantRowExperiment() {
   const char* v = std::getenv("JAX_MOE_FFI_QUANT_EXPERIMENT");
   return v != nullptr ? v : "";
