@@ -665,7 +665,7 @@ def test_gpu_matches_cpu_bitwise(dtype):
 def test_gpu_tiles_transposed_matches_cpu_bitwise(dtype):
     """The CUDA tile kernel's transposed store (8 x 8 byte blocks; 8-byte stores when R % 8 == 0, bytes
     otherwise) gives the CPU's bits, plain and transposed, on odd shapes with specials; (40, 300, 520) has more tiles
-    than the H200 holds CTAs at once, so CTAs walk several tiles (and prefetch the next, across batch entries)."""
+    than the H200 holds CTAs at once, so each CTA walks several tiles, across batch entries."""
     from jax_moe_ffi import _registry
 
     assert "jax_moe_ffi_quantize_tiles_t" in _registry.cuda_targets, _registry.cuda_load_error
