@@ -114,7 +114,7 @@ def main(argv=None):
         x = jnp.asarray(x, jnp.bfloat16)
         for fmt in ("e4m3", "e5m2"):
             fn = jax.jit(lambda a, fmt=fmt: jmf.quantize(a, "blockwise", dtype=fmt))
-            os.environ.pop("JAX_MOE_FFI_QUANT_EXPERIMENT", None)
+            set_variant("default")
             want = jax.block_until_ready(fn(x))
             want_d = np.asarray(want.data.view(jnp.uint8))
             want_s = np.asarray(want.scale)
@@ -130,7 +130,7 @@ def main(argv=None):
                                  "ms": ms, "gbps": nbytes / ms / 1e6, "bitwise_default": same, "round": r})
                     print(f"[{m}, {k}] {fmt} r{r} {v:>18} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s bitwise={same}",
                           flush=True)
-            os.environ.pop("JAX_MOE_FFI_QUANT_EXPERIMENT", None)
+            set_variant("default")
         big = jnp.asarray(rng.standard_normal((m * k * 3 // 4,)), jnp.bfloat16)  # 2 x 2 B x n*3/4 = 3n bytes moved
         ms = _common.time_ms(jax.jit(lambda a: a * 2), big)
         rows.append({"case": f"[{m}, {k}] e4m3", "impl": "copy", "pass": "quantize", "groups": "n/a", "ms": ms,
