@@ -472,6 +472,23 @@ def gathered_weights_moe(params, x, top_k: int = 2):
     return jnp.einsum("tkf,tkfd,tk->td", h, wd, weights.astype(x.dtype))
 
 
+def gathered_rows_loop_moe(params, x, top_k: int = 2):
+    """A per-expert Python loop that gathers each expert's own tokens (`jnp.nonzero(gate_e > 0, size=T)` into x
+    padded by a zero row), runs the expert on them and scatter-adds the weighted rows back (PyTorch's index_add
+    loop ported to jit): a form the pass reports and does not rewrite."""
+    weights, experts, _ = _router(params, x, top_k)
+    t, d = x.shape
+    xp = jnp.concatenate([x, jnp.zeros((1, d), x.dtype)])
+    out = jnp.zeros((t + 1, d), x.dtype)
+    for e in range(params["w_gate"].shape[0]):
+        gate_e = jnp.sum(jnp.where(experts == e, weights, 0.0), axis=-1).astype(x.dtype)
+        (rows,) = jnp.nonzero(gate_e > 0, size=t, fill_value=t)
+        xe = xp[rows]
+        ye = (jax.nn.silu(xe @ params["w_gate"][e]) * (xe @ params["w_up"][e])) @ params["w_down"][e]
+        out = out.at[rows].add(ye * jnp.append(gate_e, 0.0)[rows][:, None])
+    return out[:t]
+
+
 def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
     """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
     argsort=True picks them with jnp.argsort over the token axis instead of top_k."""
@@ -530,6 +547,23 @@ def dense_moe_masked_softmax(params, x, top_k: int = 2):
     h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
     y = jnp.einsum("tef,efd->ted", h, params["w_down"])
     return jnp.einsum("ted,te->td", y, gate)
+
+
+def dense_moe_scattered_logits(params, x, top_k: int = 1, on_input: bool = True, gate_fn=jax.nn.sigmoid,
+                               fill: float = -jnp.inf):
+    """Llama 4's router: the top-k logits scattered into a -inf [T, E] array (`full(-inf).at[t, I].set(v)`),
+    then `gate_fn` (sigmoid: 0 at -inf; softmax: Mixtral's renormalised top-k). With `on_input` the gate
+    scales each expert's *input* (`expert(x * g)`, all experts run on zeros elsewhere: bias-free SwiGLU maps 0
+    to 0), otherwise its output. A `fill` that is not hugely negative (sigmoid(-10) != 0) makes a dense gate."""
+    t, e = x.shape[0], params["router"].shape[1]
+    top_v, experts = jax.lax.top_k(x @ params["router"], top_k)
+    scores = jnp.full((t, e), fill, x.dtype).at[jnp.arange(t)[:, None], experts].set(top_v)
+    gate = gate_fn(scores).astype(x.dtype)  # [T, E]
+    xin = x[None] * gate.T[:, :, None] if on_input else jnp.broadcast_to(x[None], (e,) + x.shape)
+    h = jax.nn.silu(jnp.einsum("etd,edf->etf", xin, params["w_gate"])) * jnp.einsum("etd,edf->etf", xin, params["w_up"])
+    if on_input:
+        return jnp.einsum("etf,efd->td", h, params["w_down"])
+    return jnp.einsum("etf,efd,te->td", h, params["w_down"], gate)
 
 
 def dense_moe_per_choice(params, x, top_k: int = 2):

@@ -70,6 +70,10 @@ POSITIVE = [
     ("weight_as_lhs", M.dense_moe_lhs, "dense"),
     ("e_free_dim", M.dense_moe_free_e, "dense"),
     ("masked_softmax_gate", M.dense_moe_masked_softmax, "dense"),
+    # top-k logits scattered into -inf, then sigmoid (Llama 4, gate on the expert input) or softmax (on the output)
+    ("llama4_scattered_logits_on_input", M.dense_moe_scattered_logits, "dense"),
+    ("scattered_logits_softmax", partial(M.dense_moe_scattered_logits, top_k=2, on_input=False,
+                                         gate_fn=partial(jax.nn.softmax, axis=-1)), "masked"),
     ("broadcast_then_mask", M.masked_moe, "masked"),
     ("broadcast_then_where", M.masked_moe_where, "masked"),
     ("loop_slices", M.loop_moe, "loop"),
@@ -317,10 +321,14 @@ NEAR_MISSES = [
     ("soft_moe", M.soft_moe, "no k-sparse gate"),
     ("dense_no_gate", M.dense_mixture, "no k-sparse gate"),
     ("dense_softmax_weights", M.dense_softmax_mixture, "no k-sparse gate"),
+    # top-k logits scattered into -10, not -inf: sigmoid(-10) != 0, every expert weighs in
+    ("scattered_logits_finite_fill", partial(M.dense_moe_scattered_logits, fill=-10.0),
+     "not provably weighted by a top_k-sparse gate"),
     # routed MoE in forms the pass does not rewrite: reported, not silent
     ("scan_over_experts", M.scan_over_experts_moe, "per-expert loop written as lax.scan"),
     ("fori_loop_over_experts", partial(M.scan_over_experts_moe, fori=True), "per-expert loop written as lax.scan"),
     ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
+    ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
 ]
 
 

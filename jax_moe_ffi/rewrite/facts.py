@@ -546,7 +546,7 @@ class Facts:
             return [self._slice(e, fs[0], omaps[0])]
         if name == "integer_pow" and e.params["y"] <= 0:
             return None
-        if name in ("exp", "exp2") and fs[0].neg:
+        if name in ("exp", "exp2", "logistic") and fs[0].neg:  # all three are exactly 0 at -inf / < -1e3
             t = self._transport_e(fs[0], omaps[0], 0)
             return [Fact(cons=t.neg)]
         if name in ("add", "sub") and any(f.neg for f in fs):
@@ -791,9 +791,13 @@ class Facts:
         return None
 
     def _scatter(self, e, fs):
-        """zeros.at[iota_b..., I].set(w): zero except at (b, I[b, j]) -- a k-sparse gate."""
+        """zeros.at[iota_b..., I].set(w): zero except at (b, I[b, j]) -- a k-sparse gate.
+        full(-inf).at[iota_b..., I].set(v) (Llama 4's router: top-k logits scattered into -inf, then a
+        sigmoid or softmax): hugely negative except there."""
         op, idx, upd = e.ins[:3]
-        if fs[0].const != 0 or isinstance(idx, Lit):
+        fill = fs[0].const
+        masked_logits = e.name == "scatter" and isinstance(fill, (int, float, np.number)) and fill <= -1e3
+        if (fill != 0 and not masked_logits) or isinstance(idx, Lit):
             return None
         dn = e.params["dimension_numbers"]
         if tuple(dn.update_window_dims) or tuple(getattr(dn, "operand_batching_dims", ())) or \
@@ -835,7 +839,8 @@ class Facts:
                 return None
         if len(iota_of) != len(b_axes) or any(ua >= nu for ua in xm):
             return None
-        return Fact(cons=frozenset({Con(cat, src, tuple(xmap))}))
+        con = frozenset({Con(cat, src, tuple(xmap))})
+        return Fact(neg=con) if masked_logits else Fact(cons=con)
 
     def _index_pieces(self, idx, n):
         """Components of a scatter index array [..., n]: ("iota", update axis) or ("view", (X, xmap))."""

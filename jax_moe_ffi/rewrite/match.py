@@ -928,6 +928,33 @@ class Analyzer:
                     and self._from_router(e.ins[1]):
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
                         "token): not rewritten (the all-experts einsum or a loop over the experts is)")
+            elif e.name == "dot_general" and self._rows_gathered_per_expert(e, experts):
+                note(e, "per-expert loop over the expert's own gathered token rows (`x[nonzero(ids == e)]`, "
+                        "index_add style): not rewritten (a loop that runs each expert on all tokens under a "
+                        "gate column, the all-experts einsum and capacity einsums are)")
+
+    def _rows_gathered_per_expert(self, e, experts):
+        """A dot of token rows gathered by router-derived indices with one expert's slice `W[e]` of a
+        stacked weight: the body of a loop that computes each expert on its own rows."""
+        prog = self.prog
+
+        def producer(v, through=("squeeze", "reshape", "convert_element_type")):
+            p = prog.producer.get(v) if isinstance(v, Var) else None
+            while p is not None and p.name in through and isinstance(p.ins[0], Var):
+                p = prog.producer.get(p.ins[0])
+            return p
+
+        def gathered_rows(v):
+            p = producer(v)
+            return p is not None and p.name == "gather" and p.ins[0].ndim == 2 and self._from_router(p.ins[1])
+
+        def expert_slice(v):
+            p = producer(v)
+            return p is not None and p.name in ("slice", "dynamic_slice") and p.ins[0].ndim >= 3 \
+                and p.ins[0].shape[0] in experts and p.outs[0].shape[0] == 1
+
+        a, b = e.ins[:2]
+        return (gathered_rows(a) and expert_slice(b)) or (gathered_rows(b) and expert_slice(a))
 
     def _from_router(self, v, limit=200):
         """Is v computed (within a few hundred equations) from top-k indices?"""

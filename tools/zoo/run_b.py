@@ -1,6 +1,7 @@
 """Run every zoo_b layer through jax_moe_ffi.explain / optimize: forward + gradient exactness, jaxpr check.
 
 Usage: python tools/zoo/run_b.py [layer ...]  -> prints and writes results.txt
+(tools/zoo/run_c.py runs zoo_c's layers through the same harness.)
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def _last(tb):
 
 
 def rel(a, b):
+    """Max |a - b| / max |b|; for pytrees (a layer returning (y, aux)) the worst leaf."""
+    if not hasattr(b, "shape"):
+        return max(rel(u, v) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     d = np.max(np.abs(a - b)) if a.size else 0.0
     s = np.max(np.abs(b)) if b.size else 0.0
@@ -48,7 +52,7 @@ def leaf_errs(ga, gb):
     return {jax.tree_util.keystr(k): rel(a, b) for (k, a), b in zip(pa, pb)}
 
 
-def run_layer(name, init, f, expected):
+def run_layer(name, init, f, expected, tol=TOL):
     summary = {"layer": name, "expected": expected, "sites": None, "families": [], "misses": [],
                "fwd": [], "grad": [], "gemm_in_jaxpr": None, "exc": []}
     log("=" * 100)
@@ -91,7 +95,7 @@ def run_layer(name, init, f, expected):
                 opt = jax.jit(jmf.optimize(f))(params, x)
             e = rel(opt, ref)
             summary["fwd"].append(e)
-            log(f"  seed {seed}: fwd rel err {e:.3e}" + ("" if e <= TOL else "   <-- INEXACT")
+            log(f"  seed {seed}: fwd rel err {e:.3e}" + ("" if e <= tol else "   <-- INEXACT")
                 + (f"  [warning: {str(wl[0].message)[:160]}]" if wl else ""))
         except Exception:
             tb = traceback.format_exc()
@@ -101,7 +105,8 @@ def run_layer(name, init, f, expected):
         # gradients
         try:
             def loss(fn):
-                return lambda p, xx: jnp.sum(jnp.sin(fn(p, xx)))
+                return lambda p, xx: sum(jnp.sum(jnp.sin(leaf.astype(jnp.float32)))
+                                         for leaf in jax.tree.leaves(fn(p, xx)))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 g_opt = jax.jit(jax.grad(loss(jmf.optimize(f)), argnums=(0, 1)))(params, x)
@@ -110,8 +115,8 @@ def run_layer(name, init, f, expected):
             worst = max(errs.items(), key=lambda kv: kv[1])
             summary["grad"].append(worst[1])
             log(f"  seed {seed}: grad max rel err {worst[1]:.3e} (leaf {worst[0]})"
-                + ("" if worst[1] <= TOL else "   <-- INEXACT"))
-            if si == 0 or worst[1] > TOL:
+                + ("" if worst[1] <= tol else "   <-- INEXACT"))
+            if si == 0 or worst[1] > tol:
                 log("    per leaf: " + ", ".join(f"{k}={v:.1e}" for k, v in errs.items()))
         except Exception:
             tb = traceback.format_exc()
@@ -120,13 +125,13 @@ def run_layer(name, init, f, expected):
     return summary
 
 
-def main(names):
+def main(names, zoo=zoo_b, results="results"):
     log(f"jax {jax.__version__}, jax_moe_ffi {jmf.__version__}, devices {jax.devices()}")
     rows = []
-    for name, (init, f, expected) in zoo_b.LAYERS.items():
+    for name, (init, f, expected, *tol) in zoo.LAYERS.items():
         if names and name not in names:
             continue
-        rows.append(run_layer(name, init, f, expected))
+        rows.append(run_layer(name, init, f, expected, *tol))
     log("=" * 100)
     log("SUMMARY")
     log(f"{'layer':24s} {'expected':34s} {'sites':12s} {'gemm':5s} {'fwd max':9s} {'grad max':9s} misses / exc")
@@ -140,7 +145,7 @@ def main(names):
         for m in r["misses"]:
             log(f"    miss: {m[:300]}")
     suffix = ("_" + "_".join(names)) if names else ""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"results{suffix}.txt"), "w") as fh:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{results}{suffix}.txt"), "w") as fh:
         fh.write(OUT.getvalue())
 
 
