@@ -489,6 +489,17 @@ def gathered_rows_loop_moe(params, x, top_k: int = 2):
     return out[:t]
 
 
+def stacked_outputs_moe(params, x, top_k: int = 2):
+    """Every expert run on every token in a Python loop, the outputs `jnp.stack`ed to [T, E, D] and combined
+    with the top-k gate by `einsum('ted,te->td')` (no add chain): a form the pass reports and does not rewrite."""
+    weights, experts, _ = _router(params, x, top_k)
+    e_count = params["w_gate"].shape[0]
+    gate = _gate_matrix(weights, experts, e_count, x.dtype)
+    outs = [(jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])) @ params["w_down"][e]
+            for e in range(e_count)]
+    return jnp.einsum("ted,te->td", jnp.stack(outs, axis=1), gate)
+
+
 def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
     """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
     argsort=True picks them with jnp.argsort over the token axis instead of top_k."""

@@ -329,6 +329,7 @@ NEAR_MISSES = [
     ("fori_loop_over_experts", partial(M.scan_over_experts_moe, fori=True), "per-expert loop written as lax.scan"),
     ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
+    ("loop_outputs_stacked", M.stacked_outputs_moe, "per-expert outputs stacked"),
 ]
 
 

@@ -929,9 +929,36 @@ class Analyzer:
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
                         "token): not rewritten (the all-experts einsum or a loop over the experts is)")
             elif e.name == "dot_general" and self._rows_gathered_per_expert(e, experts):
-                note(e, "per-expert loop over the expert's own gathered token rows (`x[nonzero(ids == e)]`, "
-                        "index_add style): not rewritten (a loop that runs each expert on all tokens under a "
-                        "gate column, the all-experts einsum and capacity einsums are)")
+                note(e, "per-expert loop over the expert's own gathered token rows (`x[rows]`, rows chosen by "
+                        "the router: `nonzero(ids == e)`, index_add style, or sorted by expert): not rewritten "
+                        "(a loop that runs each expert on all tokens under a gate column, the all-experts "
+                        "einsum and capacity einsums are)")
+            elif e.name in ("concatenate", "stack") and len(e.ins) in experts and self._stacked_then_gated(e):
+                note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and then combined "
+                        "with the router's gate: not rewritten (an unrolled loop that adds `gate[:, e:e+1] * "
+                        "expert_e(x)`, or stacked weights with an all-experts einsum, are)")
+
+    def _stacked_then_gated(self, e):
+        """`jnp.stack` of per-expert values (width-1 pieces along the joined axis, none of them computed from
+        the router) whose result meets a router-derived operand in a dot or a product (the gate)."""
+        prog = self.prog
+        if any(not isinstance(a, Var) or self._from_router(a) for a in e.ins):
+            return False  # (expert outputs come from the tokens and weights, not from the router)
+        if e.name == "concatenate" and any(a.shape[e.params["dimension"]] != 1 for a in e.ins):
+            return False
+        stack, seen = [e.outs[0]], set()
+        while stack:
+            v = stack.pop()
+            for u in prog.uses(v):
+                if u in seen:
+                    continue
+                seen.add(u)
+                if u.name in ("transpose", "reshape", "convert_element_type", "broadcast_in_dim"):
+                    stack.append(u.outs[0])
+                elif u.name in ("dot_general", "mul") and any(
+                        isinstance(o, Var) and o is not v and self._from_router(o) for o in u.ins):
+                    return True
+        return False
 
     def _rows_gathered_per_expert(self, e, experts):
         """A dot of token rows gathered by router-derived indices with one expert's slice `W[e]` of a

@@ -380,3 +380,98 @@ LAYERS = {
     "loop_nonzero_gather": (_e8, loop_nonzero_gather, "loop (or near-miss)", 1e-5),
     "approx_logits_softmax_k": (_e8_bias, approx_logits_softmax_k, "dense", 1e-5),
 }
+
+
+# ============================================================ adversarial gates: must never be silently wrong
+def _dense_all(params, x):
+    return jax.vmap(_swiglu, in_axes=(0, None))(_experts(params), x)   # [E, T, D]
+
+
+def _topk_gate(params, x, k=2):
+    E = params["router"].shape[1]
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    w, ids = lax.top_k(probs, k)
+    return jnp.sum(jax.nn.one_hot(ids, E, dtype=x.dtype) * w[..., None], axis=1), probs, ids
+
+
+def adv_gate_plus_dense(params, x):
+    """A top-k gate plus 1% of the dense probabilities: every expert weighs in (dense), must not be sparsified."""
+    gate, probs, _ = _topk_gate(params, x)
+    return jnp.einsum("te,etd->td", gate + 0.01 * probs, _dense_all(params, x))
+
+
+def adv_gate_pow0(params, x):
+    """`gate ** 0` is 1 everywhere (0 ** 0 == 1): a dense all-ones gate built from a sparse one."""
+    gate, _, _ = _topk_gate(params, x)
+    return jnp.einsum("te,etd->td", gate ** 0 * 0.5, _dense_all(params, x))
+
+
+def adv_gate_reversed_tokens(params, x):
+    """The gate of token T-1-t weights token t's expert outputs (`gate[::-1]`): sparse per token, but in the
+    experts of another token."""
+    gate, _, _ = _topk_gate(params, x)
+    return jnp.einsum("te,etd->td", gate[::-1], _dense_all(params, x))
+
+
+def adv_shifted_ids(params, x):
+    """One-hot gate over `(ids + 1) % E`: k distinct experts per token, but not the top-k ones."""
+    E = params["router"].shape[1]
+    _, probs, ids = _topk_gate(params, x)
+    w = jnp.take_along_axis(probs, ids, axis=-1)
+    gate = jnp.sum(jax.nn.one_hot((ids + 1) % E, E, dtype=x.dtype) * w[..., None], axis=1)
+    return jnp.einsum("te,etd->td", gate, _dense_all(params, x))
+
+
+def adv_expert_mixes_tokens(params, x):
+    """Each expert's hidden state is a running mean over the tokens (`cumsum(h, 0) / t`): an expert's output
+    at token t depends on tokens it was not routed; dropping them changes the answer."""
+    gate, _, _ = _topk_gate(params, x)
+    h = jax.nn.silu(jnp.einsum("td,edf->etf", x, params["w_gate"])) * jnp.einsum("td,edf->etf", x, params["w_up"])
+    h = jnp.cumsum(h, axis=1) / jnp.arange(1, x.shape[0] + 1, dtype=x.dtype)[None, :, None]
+    return jnp.einsum("te,etd->td", gate, jnp.einsum("etf,efd->etd", h, params["w_down"]))
+
+
+def adv_ranks_topk(params, x, k=2):
+    """Top-k by ranks: `ranks = argsort(argsort(-probs))`, `mask = ranks < k`, gate = probs * mask. Exactly k
+    experts per token (ranks are a permutation), so a rewrite is allowed if exact."""
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    ranks = jnp.argsort(jnp.argsort(-probs, axis=-1), axis=-1)
+    gate = jnp.where(ranks < k, probs, 0.0)
+    return jnp.einsum("te,etd->td", gate, _dense_all(params, x))
+
+
+LAYERS.update({
+    "adv_gate_plus_dense": (_e8, adv_gate_plus_dense, "none (dense gate)", 1e-5),
+    "adv_gate_pow0": (_e8, adv_gate_pow0, "none (dense gate)", 1e-5),
+    "adv_gate_reversed_tokens": (_e8, adv_gate_reversed_tokens, "none, or exact", 1e-5),
+    "adv_shifted_ids": (_e8, adv_shifted_ids, "none, or exact", 1e-5),
+    "adv_expert_mixes_tokens": (_e8, adv_expert_mixes_tokens, "none (token mixing in the expert)", 1e-5),
+    "adv_ranks_topk": (_e8, adv_ranks_topk, "dense (exact) or near-miss", 1e-5),
+})
+
+
+# ------------------------------------------------ 17. DBRX-style fused expert weights reshaped in the layer
+def dbrx_fused_weights(params, x, k=2):
+    """DBRX-style storage: the experts' weights as 2-D [E * F, D] matrices, reshaped to [E, F, D] inside the
+    layer; w1 / v1 used transposed (`einsum('td,efd->tef')`), w2 not; softmax top-k renormalised by its L1 norm."""
+    E = params["router"].shape[1]
+    D = x.shape[1]
+    probs = jax.nn.softmax(x @ params["router"], axis=-1)
+    w, ids = lax.top_k(probs, k)
+    w = w / jnp.sum(jnp.abs(w), axis=-1, keepdims=True)
+    gate = jnp.sum(jax.nn.one_hot(ids, E, dtype=x.dtype) * w[..., None], axis=1)
+    w1 = params["w1"].reshape(E, -1, D)
+    v1 = params["v1"].reshape(E, -1, D)
+    w2 = params["w2"].reshape(E, -1, D)
+    h = jax.nn.silu(jnp.einsum("td,efd->tef", x, w1)) * jnp.einsum("td,efd->tef", x, v1)
+    return jnp.einsum("tef,efd,te->td", h, w2, gate)
+
+
+def init_dbrx(key):
+    p = init_stacked(key, 16, 24, 8)
+    return {"router": p["router"], "w1": jnp.swapaxes(p["w_gate"], 1, 2).reshape(8 * 24, 16),
+            "v1": jnp.swapaxes(p["w_up"], 1, 2).reshape(8 * 24, 16), "w2": p["w_down"].reshape(8 * 24, 16)}, \
+        _x(key, 32, 16)
+
+
+LAYERS["dbrx_fused_weights"] = (init_dbrx, dbrx_fused_weights, "dense", 1e-5)
