@@ -547,14 +547,17 @@ def dense_softmax_mixture(params, x):
     return jnp.einsum("ted,te->td", y, probs)
 
 
-def dense_moe_masked_softmax(params, x, top_k: int = 2):
-    """top-k on the logits, the other logits masked to -inf, softmax over all experts (a [T, E] gate that
-    is zero outside the chosen experts because exp(-inf) = 0)."""
+def dense_moe_masked_softmax(params, x, top_k: int = 2, squash=None, fill: float = -jnp.inf):
+    """top-k on the logits, the other logits masked to -inf (or `fill`), softmax over all experts (a [T, E]
+    gate that is zero outside the chosen experts because exp(-inf) = 0). `squash` applied to the masked logits
+    before the softmax: a temperature (`v / 0.7`) keeps the gate sparse; tanh (tanh(-inf) = -1), or a
+    division that brings the fill back to moderate values (-1e4 / 1e4), makes it dense again."""
     logits = x @ params["router"]
     _, experts = jax.lax.top_k(logits, top_k)
     e = params["w_gate"].shape[0]
     chosen = jnp.sum(jax.nn.one_hot(experts, e), axis=1) > 0
-    gate = jax.nn.softmax(jnp.where(chosen, logits, -jnp.inf), axis=-1).astype(x.dtype)
+    masked = jnp.where(chosen, logits, fill)
+    gate = jax.nn.softmax(masked if squash is None else squash(masked), axis=-1).astype(x.dtype)
     h = jax.nn.silu(jnp.einsum("td,edf->tef", x, params["w_gate"])) * jnp.einsum("td,edf->tef", x, params["w_up"])
     y = jnp.einsum("tef,efd->ted", h, params["w_down"])
     return jnp.einsum("ted,te->td", y, gate)

@@ -70,6 +70,8 @@ POSITIVE = [
     ("weight_as_lhs", M.dense_moe_lhs, "dense"),
     ("e_free_dim", M.dense_moe_free_e, "dense"),
     ("masked_softmax_gate", M.dense_moe_masked_softmax, "dense"),
+    ("masked_softmax_gate_temperature", partial(M.dense_moe_masked_softmax, fill=-1e9, squash=lambda v: v / 0.7),
+     "dense"),
     # top-k logits scattered into -inf, then sigmoid (Llama 4, gate on the expert input) or softmax (on the output)
     ("llama4_scattered_logits_on_input", M.dense_moe_scattered_logits, "dense"),
     ("scattered_logits_softmax", partial(M.dense_moe_scattered_logits, top_k=2, on_input=False,
@@ -321,6 +323,16 @@ NEAR_MISSES = [
     ("soft_moe", M.soft_moe, "no k-sparse gate"),
     ("dense_no_gate", M.dense_mixture, "no k-sparse gate"),
     ("dense_softmax_weights", M.dense_softmax_mixture, "no k-sparse gate"),
+    # masked logits squashed before the softmax: tanh(-inf) = -1, every expert weighs in (was rewritten, wrong)
+    ("masked_logits_through_tanh", partial(M.dense_moe_masked_softmax, squash=jnp.tanh),
+     "not provably weighted by a top_k-sparse gate"),
+    ("masked_logits_through_sign", partial(M.dense_moe_masked_softmax, squash=jnp.sign),
+     "not provably weighted by a top_k-sparse gate"),
+    # a -1e4 fill divided by 1e4 is -1 (exp(-1) != 0); a temperature on a -1e9 fill is rewritten (POSITIVE)
+    ("masked_logits_fill_divided_back", partial(M.dense_moe_masked_softmax, fill=-1e4, squash=lambda v: v / 1e4),
+     "not provably weighted by a top_k-sparse gate"),
+    ("masked_logits_fill_shifted_back", partial(M.dense_moe_masked_softmax, fill=-1e4, squash=lambda v: v + 9990.0),
+     "not provably weighted by a top_k-sparse gate"),
     # top-k logits scattered into -10, not -inf: sigmoid(-10) != 0, every expert weighs in
     ("scattered_logits_finite_fill", partial(M.dense_moe_scattered_logits, fill=-10.0),
      "not provably weighted by a top_k-sparse gate"),

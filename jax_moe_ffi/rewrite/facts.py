@@ -15,8 +15,8 @@ Facts (per variable):
                     src's axes are indexed by value axes (ints) or by existentially bound axes (Bound:
                     summed away, e.g. the choice axis j of top_k after `sum_j one_hot(I)[t,j,e] * w[t,j]`)
   binary            values are in {0, 1}
-  neg   {Con}       the value is hugely negative (-inf, -1e9) wherever a constraint fails (masked logits);
-                    exp() turns it into `cons`
+  neg   {Con}       the value is hugely negative (-inf, -1e9) wherever a constraint fails (masked logits),
+                    at most `negb` there; exp() / logistic() turn it into `cons` while negb <= HUGE_NEG
 A constraint's `off` records a one-hot sliced [off:] (MaxText's (C+1)-way position one-hot). A size-1
 category axis that disappears becomes a fixed column ("col", e) (family 4: `gate[:, e:e+1]`, `I == e`).
 Top-k index arrays (outputs of `top_k`/`approx_top_k`, `argmax` as top-1, and a contiguous slice of
@@ -42,6 +42,8 @@ ZERO_PRESERVING_UNARY = {
 }
 IDENTITY_UNARY = {"copy", "copy_p", "stop_gradient", "name", "sharding_constraint", "reduce_precision",
                   "optimization_barrier", "alias"}
+# ... and those of them that keep a hugely negative value hugely negative (the `neg` fact)
+NEG_PRESERVING_UNARY = {"floor", "ceil", "round", "reduce_precision"}
 ELEMENTWISE = ZERO_PRESERVING_UNARY | {
     "add", "sub", "mul", "div", "rem", "pow", "max", "min", "nextafter", "atan2", "is_finite", "exp",
     "exp2", "log", "logistic", "cos", "acos", "cosh", "acosh", "rsqrt", "erfc", "lgamma", "digamma",
@@ -53,6 +55,7 @@ REDUCES = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and"
            "argmax", "argmin"}
 CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
 TOPK = ("top_k", "approx_top_k")
+HUGE_NEG = -1e3  # exp(), logistic() of anything at or below this are exactly 0 in f32 and f64 (and below)
 
 
 class Bound:
@@ -108,6 +111,7 @@ class Fact:
     cons: frozenset = frozenset()
     binary: bool = False
     neg: frozenset = frozenset()  # constraints outside which the value is hugely negative (-inf, -1e9)
+    negb: float = float("-inf")  # ... namely at most this there (a literal shift or division moves it)
     # the value equals `fill` wherever a constraint of `fcons` fails (flaxformer's priority
     # `cumsum(mask) * mask - 1`: -1 at the experts a token did not choose; its one-hot is zero there)
     fill: object = None
@@ -477,7 +481,8 @@ class Facts:
             nc = c.remap(fn, lambda a: None)
             if nc is not None:
                 neg.add(nc)
-        nf = Fact(cons=frozenset(cons), binary=fact.binary, const=fact.const, neg=frozenset(neg))
+        nf = Fact(cons=frozenset(cons), binary=fact.binary, const=fact.const, neg=frozenset(neg),
+                  negb=fact.negb)
         if keep_fill and fact.fcons:  # moves that keep values (and max / min reductions: _reduce)
             fcons = {nc for nc in (c.remap(fn, bound_for, shape) for c in fact.fcons) if nc is not None}
             if fcons:
@@ -532,6 +537,8 @@ class Facts:
                 self._rebase_split(e, fs[0], nf)
             if name == "reduce_precision" and nf.fcons:
                 nf.fill, nf.fcons = None, frozenset()  # (it may round a fill onto a coordinate)
+            if name == "convert_element_type" and nf.neg and not dtypes.issubdtype(e.outs[0].dtype, np.floating):
+                nf.neg = frozenset()  # -inf as an int or a bool is no masked logit
             if name == "convert_element_type" and nf.fcons:
                 if np.dtype(e.outs[0].dtype) == np.bool_:
                     nf.fill, nf.fcons = None, frozenset()
@@ -546,15 +553,26 @@ class Facts:
             return [self._slice(e, fs[0], omaps[0])]
         if name == "integer_pow" and e.params["y"] <= 0:
             return None
-        if name in ("exp", "exp2", "logistic") and fs[0].neg:  # all three are exactly 0 at -inf / < -1e3
+        if name in ("exp", "exp2", "logistic") and fs[0].neg:  # all three are exactly 0 at or below HUGE_NEG
+            if fs[0].negb > HUGE_NEG:
+                return None
             t = self._transport_e(fs[0], omaps[0], 0)
             return [Fact(cons=t.neg)]
         if name in ("add", "sub") and any(f.neg for f in fs):
             i = 0 if fs[0].neg else 1
-            if name == "sub" and i == 1 or (fs[1 - i].neg and fs[1 - i].neg != fs[i].neg):
-                return None
+            o = fs[1 - i]
+            if name == "sub" and fs[1].neg or (o.neg and o.neg != fs[i].neg):
+                return None  # minus a hugely negative value (-inf - -inf is nan), or different masks
             t = self._transport_e(fs[i], omaps[0], i)
-            return [Fact(neg=t.neg)]
+            b = fs[i].negb
+            if o.neg:
+                b = b + o.negb
+            elif o.const is not None:  # a literal shift moves the bound (-1e4 + 9990 is no masked logit)
+                if not isinstance(o.const, (int, float, np.number)):
+                    return None
+                b = b + o.const if name == "add" else b - o.const
+            # (another operand of unknown values -- logits, a bias -- is taken to be moderate)
+            return [Fact(neg=t.neg, negb=float(b))]
         if name in ("add", "sub") and fs[0].cons and fs[1].const is not None \
                 and isinstance(fs[1].const, (int, float, np.number)) and tuple(ins[1].shape) == () \
                 and tuple(ins[0].shape) == tuple(e.outs[0].shape):
@@ -563,12 +581,14 @@ class Facts:
             c = fs[1].const if name == "add" else -fs[1].const
             return [Fact(fill=c, fcons=t.cons)]
         if name == "div" and fs[0].neg and isinstance(ins[1], Lit) and (fs[1].const or 0) > 0:
-            t = self._transport_e(fs[0], omaps[0], 0)
-            return [Fact(neg=t.neg)]
+            t = self._transport_e(fs[0], omaps[0], 0)  # a temperature: -1e4 / 1e4 is no masked logit
+            return [Fact(neg=t.neg, negb=float(fs[0].negb / fs[1].const))]
         if name in ZERO_PRESERVING_UNARY:
             nf = self._transport_e(fs[0], omaps[0], 0, keep_view=False)
             nf.iota = None
             nf.binary = False
+            if name not in NEG_PRESERVING_UNARY:
+                nf.neg = frozenset()  # tanh(-inf) = -1, sign, sin, abs, neg, square: no longer hugely negative
             if nf.const is not None:
                 nf.const = None
             return [nf]
@@ -782,8 +802,8 @@ class Facts:
         if fs[1].const == 0 and tp.cons:
             return Fact(cons=tp.cons | t1.cons, binary=fs[2].binary or fs[2].const == 1)
         c0 = fs[1].const
-        if tp.cons and c0 is not None and isinstance(c0, (int, float)) and c0 <= -1e3:
-            return Fact(neg=tp.cons)
+        if tp.cons and c0 is not None and isinstance(c0, (int, float)) and c0 <= HUGE_NEG:
+            return Fact(neg=tp.cons, negb=float(c0))
         if fs[2].const == 0 and fs[0].cons and np.dtype(pred.dtype) == np.bool_:
             return None  # where(p, 0, x): zero where p holds; not the sparsity we track
         if t0.cons and t0.cons == t1.cons:
@@ -796,7 +816,7 @@ class Facts:
         sigmoid or softmax): hugely negative except there."""
         op, idx, upd = e.ins[:3]
         fill = fs[0].const
-        masked_logits = e.name == "scatter" and isinstance(fill, (int, float, np.number)) and fill <= -1e3
+        masked_logits = e.name == "scatter" and isinstance(fill, (int, float, np.number)) and fill <= HUGE_NEG
         if (fill != 0 and not masked_logits) or isinstance(idx, Lit):
             return None
         dn = e.params["dimension_numbers"]
@@ -840,7 +860,7 @@ class Facts:
         if len(iota_of) != len(b_axes) or any(ua >= nu for ua in xm):
             return None
         con = frozenset({Con(cat, src, tuple(xmap))})
-        return Fact(neg=con) if masked_logits else Fact(cons=con)
+        return Fact(neg=con, negb=float(fill)) if masked_logits else Fact(cons=con)
 
     def _index_pieces(self, idx, n):
         """Components of a scatter index array [..., n]: ("iota", update axis) or ("view", (X, xmap))."""
