@@ -243,6 +243,25 @@ def loop_moe(params, x, top_k: int = 2):
     return out
 
 
+def loop_moe_reciprocal_mask(params, x, top_k: int = 2):
+    """Per-expert loop in a community style: the k-hot mask made a logit penalty by `logits - (1 / mask - 1)`
+    (+inf off the chosen experts), softmax, `jnp.split` of mask and gate into columns, biased ReLU experts on
+    `x * mask_e`, and a Python `sum` of `expert_e(x * mask_e) * gate_e` (biases: expert_e(0) != 0, the
+    sparsity comes from the gate)."""
+    e_count = params["w_gate"].shape[0]
+    logits = x @ params["router"]
+    _, experts = jax.lax.top_k(logits, top_k)
+    mask = jnp.sum(jax.nn.one_hot(experts, e_count, dtype=x.dtype), axis=-2)
+    gate = jax.nn.softmax(logits - (1.0 / mask - 1.0), axis=-1)
+    masks, gates = jnp.split(mask, e_count, axis=-1), jnp.split(gate, e_count, axis=-1)
+
+    def expert(e, h):
+        h = jax.nn.relu(h @ params["w_gate"][e] + params["b_gate"][e])
+        return h @ params["w_down"][e] + params["b_down"][e]
+
+    return sum(expert(e, x * m) * g for e, (m, g) in enumerate(zip(masks, gates)))
+
+
 def loop_moe_scalar_scales(params, x, top_k: int = 2, separate: bool = False, on_input: bool = False):
     """Per-expert loop with a 0-d per-expert scale: `scale[e]` of a stacked [E] array (or separate scalar
     leaves with `separate`), used through a derived scalar (2 * s - 1), on the output (or on the input rows

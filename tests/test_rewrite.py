@@ -79,6 +79,8 @@ POSITIVE = [
     ("broadcast_then_mask", M.masked_moe, "masked"),
     ("broadcast_then_where", M.masked_moe_where, "masked"),
     ("loop_slices", M.loop_moe, "loop"),
+    # `logits - (1 / mask - 1)` (+inf off the mask), gate columns from jnp.split, a Python sum from 0
+    ("loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask, "loop"),
     # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
     ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
     ("loop_shared_expert_bias_1xD", M.loop_moe_shared_bias, "loop"),
@@ -107,7 +109,8 @@ def test_exact_and_rewritten(name, fn, family):
     y0, y1 = fn(p, x), of(p, x)
     assert y1.shape == y0.shape and y1.dtype == y0.dtype
     assert rel(y1, y0) <= TOL, (name, seed, rel(y1, y0))
-    assert _grouped_calls(optimize(fn), p, x) == (2 if name in ("fused_gate_up", "switch_top1_argmax") else 3)
+    assert _grouped_calls(optimize(fn), p, x) == (2 if name in ("fused_gate_up", "switch_top1_argmax",
+                                                                "loop_reciprocal_mask_split") else 3)
 
 
 def test_loop_over_separate_weights():

@@ -573,6 +573,18 @@ class Facts:
                 b = b + o.const if name == "add" else b - o.const
             # (another operand of unknown values -- logits, a bias -- is taken to be moderate)
             return [Fact(neg=t.neg, negb=float(b))]
+        inf_at = self._infinite_fill(name, ins, fs)
+        if inf_at is not None:
+            i, sign = inf_at  # logits - (+inf outside the mask): -inf there, a masked logit
+            t = self._transport_e(fs[i], omaps[0], i, keep_fill=True)
+            return [Fact(neg=t.fcons, negb=float("-inf"))] if sign < 0 else None
+        if name in ("add", "sub") and fs[0].fcons and fs[1].const is not None \
+                and isinstance(fs[1].const, (int, float, np.number)) and tuple(ins[1].shape) == () \
+                and tuple(ins[0].shape) == tuple(e.outs[0].shape):
+            # (a fill shifted by a literal: `1 / mask - 1` is +inf outside the mask, as 1 / mask is)
+            t = self._transport_e(fs[0], omaps[0], 0, keep_fill=True)
+            c = fs[1].const if name == "add" else -fs[1].const
+            return [Fact(fill=fs[0].fill + c, fcons=t.fcons)]
         if name in ("add", "sub") and fs[0].cons and fs[1].const is not None \
                 and isinstance(fs[1].const, (int, float, np.number)) and tuple(ins[1].shape) == () \
                 and tuple(ins[0].shape) == tuple(e.outs[0].shape):
@@ -613,6 +625,11 @@ class Facts:
             if any(f.const == 0 for f in fs if f.const is not None):
                 const = 0
             return [Fact(cons=frozenset(cons), binary=binary, const=const)]
+        if name == "div" and fs[0].const is not None and isinstance(fs[0].const, (int, float, np.number)) \
+                and fs[0].const > 0 and tuple(ins[0].shape) == () and fs[1].cons and fs[1].binary:
+            # c / mask with a 0 / 1 mask (+0.0 off it: one-hots, their sums and products): +inf off the mask
+            t = self._transport_e(fs[1], omaps[0], 1)
+            return [Fact(fill=float("inf"), fcons=t.cons)]
         if name == "div":
             t = self._transport_e(fs[0], omaps[0], 0)
             return [Fact(cons=t.cons)]
@@ -634,6 +651,21 @@ class Facts:
 
         if name == "broadcast_in_dim":
             return [self._transport_e(fs[0], omaps[0], 0, keep_fill=True)]
+        return None
+
+    @staticmethod
+    def _infinite_fill(name, ins, fs):
+        """(operand, sign) for `x - v` / `x + v` with v = +-inf wherever its fill constraints fail and x of
+        unknown (taken as finite) values: the result is -inf (sign -1) or +inf there."""
+        if name not in ("add", "sub") or len(ins) != 2:
+            return None
+        for i in (0, 1):
+            f, o = fs[i], fs[1 - i]
+            if not f.fcons or not isinstance(f.fill, float) or not np.isinf(f.fill) or o.fcons or o.neg \
+                    or o.const is not None or tuple(ins[i].shape) != tuple(ins[1 - i].shape):
+                continue
+            sign = np.sign(f.fill) * (-1 if name == "sub" and i == 1 else 1)
+            return i, sign
         return None
 
     def _slice(self, e, f, omap):

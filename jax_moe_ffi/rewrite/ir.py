@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from jax import lax
 from jax.extend import core as jcore  # public re-exports (jax._src.core moves between versions)
 
 INLINE_CALLS = ("jit", "pjit", "closed_call", "core_call")
@@ -197,6 +198,22 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
                 env[ov] = a
             exec_eqns.append(ue)
             flat += b_flat
+            continue
+        if name == "split":  # one `slice` per piece: a piece is then what `x[:, e:e+1]` is (an expert's column)
+            nd, ax, start = ins[0].ndim, params["axis"] % ins[0].ndim, 0
+            for ov, size in zip(eqn.outvars, params["sizes"]):
+                if not isinstance(ov, jcore.DropVar):
+                    nv = env[ov] = Var(ov.aval)
+                    lim = list(ins[0].shape)
+                    lim[ax] = start + size
+                    st = tuple(start if a == ax else 0 for a in range(nd))
+                    se = Eqn(lax.slice_p, {"start_indices": st, "limit_indices": tuple(lim), "strides": None},
+                             [ins[0]], [nv], eqn.source_info, eqn.ctx)
+                    se.unit = unit
+                    se.effects = False
+                    exec_eqns.append(se)
+                    flat.append(se)
+                start += size
             continue
         outs = [Var(ov.aval) for ov in eqn.outvars]
         for ov, nv in zip(eqn.outvars, outs):
