@@ -508,14 +508,21 @@ def gathered_rows_loop_moe(params, x, top_k: int = 2):
     return out[:t]
 
 
-def stacked_outputs_moe(params, x, top_k: int = 2):
-    """Every expert run on every token in a Python loop, the outputs `jnp.stack`ed to [T, E, D] and combined
-    with the top-k gate by `einsum('ted,te->td')` (no add chain): a form the pass reports and does not rewrite."""
+def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False):
+    """Every expert run on every token in a Python loop (slices W[e] of stacked weights, or the separate
+    weights of `split_expert_params`), the outputs `jnp.stack`ed to [T, E, D] and combined with the top-k
+    gate by `einsum('ted,te->td')` (no add chain). `reverse` stacks them last expert first and reverses the
+    gate's columns to match (same values; not in expert order, a near-miss)."""
     weights, experts, _ = _router(params, x, top_k)
-    e_count = params["w_gate"].shape[0]
-    gate = _gate_matrix(weights, experts, e_count, x.dtype)
-    outs = [(jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])) @ params["w_down"][e]
-            for e in range(e_count)]
+    if "experts" in params:
+        per_expert = params["experts"]
+    else:
+        per_expert = [{n: params[n][e] for n in ("w_gate", "w_up", "w_down")}
+                      for e in range(params["w_gate"].shape[0])]
+    gate = _gate_matrix(weights, experts, len(per_expert), x.dtype)
+    outs = [(jax.nn.silu(x @ p["w_gate"]) * (x @ p["w_up"])) @ p["w_down"] for p in per_expert]
+    if reverse:
+        outs, gate = outs[::-1], gate[:, ::-1]
     return jnp.einsum("ted,te->td", jnp.stack(outs, axis=1), gate)
 
 

@@ -81,6 +81,8 @@ POSITIVE = [
     ("loop_slices", M.loop_moe, "loop"),
     # `logits - (1 / mask - 1)` (+inf off the mask), gate columns from jnp.split, a Python sum from 0
     ("loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask, "loop"),
+    # every expert's output `jnp.stack`ed to [T, E, D], then einsum with the gate (no add chain)
+    ("loop_outputs_stacked", M.stacked_outputs_moe, "loop"),
     # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
     ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
     ("loop_shared_expert_bias_1xD", M.loop_moe_shared_bias, "loop"),
@@ -113,11 +115,11 @@ def test_exact_and_rewritten(name, fn, family):
                                                                 "loop_reciprocal_mask_split") else 3)
 
 
-def test_loop_over_separate_weights():
+@pytest.mark.parametrize("fn", [M.loop_moe_list, M.stacked_outputs_moe], ids=["add_chain", "stacked_outputs"])
+def test_loop_over_separate_weights(fn):
     seed = _seed()
     p, x = _inputs(seed)
     ps = M.split_expert_params(p)
-    fn = M.loop_moe_list
     assert [s.family for s in explain(fn, ps, x).sites] == ["loop"]
     y0, y1 = fn(ps, x), jax.jit(optimize(fn))(ps, x)
     assert rel(y1, y0) <= TOL, (seed, rel(y1, y0))
@@ -344,7 +346,7 @@ NEAR_MISSES = [
     ("fori_loop_over_experts", partial(M.scan_over_experts_moe, fori=True), "per-expert loop written as lax.scan"),
     ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
-    ("loop_outputs_stacked", M.stacked_outputs_moe, "per-expert outputs stacked"),
+    ("outputs_stacked_last_expert_first", partial(M.stacked_outputs_moe, reverse=True), "per-expert outputs stacked"),
 ]
 
 

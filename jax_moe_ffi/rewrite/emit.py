@@ -310,7 +310,7 @@ class RowEval:
             r = self._dot(e)
             self.memo[outs[0]] = r
             return
-        if e in site.eslices:
+        if e in site.eslices or e in site.stack_eqns:  # W[e] / stack over experts: the row's expert's value
             x = self.full(self.rows(e.ins[0]), e.ins[0])
             self.memo[outs[0]] = x.reshape(self.out_shape(outs[0]))
             return

@@ -138,10 +138,28 @@ def _attempt(an, root, chain, terms):
         labels0[a] = (("T", i), t0.shape[a] != I.shape[b])
     if any(L is not None and L[1] for L in labels0):
         raise Miss("the expert terms broadcast over tokens")
-    # isomorphism of every term with the template
+    site = Site(family="loop", root=root, out=root.outs[0], I=I, E=E, k=1 if j_axis is None else I.shape[j_axis],
+                b_axes=b_axes,
+                j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="chain")
+    virtual_expert_axis(prog, site, [cols[e][0] for e in range(E)], "expert terms")
+    site.terms = [cols[e][0] for e in range(E)]
+    site.extra_terms = extra
+    site.chain = set(chain)
+    site.out_labels = tuple(labels0)
+    an._grow(site, [(t0, tuple(labels0))])
+    an._finish(site)
+    site.source = source_line(prog.producer.get(t0) or root)
+    return site
+
+
+def virtual_expert_axis(prog, site, pieces, what):
+    """Per-expert values pieces[e] (the terms of an add chain, or the operands of a `jnp.stack` over the
+    experts) computed alike: piece 0 is the template, evaluated per row with the row's expert. Sets the
+    site's virtual-expert bookkeeping (vE, eslices, elits, varying, stacked, template_out)."""
+    t0 = pieces[0]
     pairs, eslices, elits, varying = {}, {}, {}, set()
-    for e in range(1, E):
-        _iso(prog, t0, cols[e][0], 0, e, pairs, eslices, elits, varying)
+    for e in range(1, len(pieces)):
+        _iso(prog, t0, pieces[e], 0, e, pairs, eslices, elits, varying)
     template_eqns = {prog.producer[v] for v in pairs if prog.producer.get(v) is not None and v not in varying}
     # virtual expert axis: everything downstream of where the expert index enters
     vE = set(varying)
@@ -150,18 +168,12 @@ def _attempt(an, root, chain, terms):
                 any(isinstance(a, Var) and a in vE for a in q.ins):
             vE.update(q.outs)
     if t0 not in vE:
-        raise Miss("the expert terms do not depend on the expert index")
-    site = Site(family="loop", root=root, out=root.outs[0], I=I, E=E, k=1 if j_axis is None else I.shape[j_axis],
-                b_axes=b_axes,
-                j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="chain")
+        raise Miss(f"the {what} do not depend on the expert index")
     site.vE = vE
     site.eslices = {q: ax for q, ax in eslices.items()}
     site.elits = {k_: "E" for k_ in elits}
     site.varying = varying
-    site.terms = [cols[e][0] for e in range(E)]
-    site.extra_terms = extra
     site.template_out = t0
-    site.chain = set(chain)
     for v, vs in pairs.items():
         if v in vE:
             site.stacked[v] = ("list", [v] + vs)
@@ -174,11 +186,6 @@ def _attempt(an, root, chain, terms):
             if u.name == "squeeze" and tuple(d % o.ndim for d in u.params["dimensions"]) == (ax,) \
                     and u.outs[0] in site.stacked:
                 site.stacked[u.outs[0]] = ("base", base, ax)
-    site.out_labels = tuple(labels0)
-    an._grow(site, [(t0, tuple(labels0))])
-    an._finish(site)
-    site.source = source_line(prog.producer.get(t0) or root)
-    return site
 
 
 def _params_equal(p, q):

@@ -23,8 +23,8 @@ from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
 
 REGION_OPS = F.ELEMENTWISE | {"broadcast_in_dim", "reshape", "squeeze", "transpose", "dot_general", "slice",
-                              "dynamic_slice", "concatenate", "pad", "split", "iota", "optimization_barrier"
-                              } | {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
+                              "dynamic_slice", "concatenate", "pad", "split", "iota", "optimization_barrier",
+                              "stack"} | {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
                                    "reduce_or", "argmax", "argmin"} | F.CUMULATIVE
 GEMM_DTYPES = (np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16))
 GATHER_LIMIT = 1 << 16  # elements per expert an expert-side leaf may have to be gathered per row
@@ -70,6 +70,7 @@ class Site:
     varying: set = dataclasses.field(default_factory=set)
     extra_terms: list = dataclasses.field(default_factory=list)
     chain: set = dataclasses.field(default_factory=set)
+    stack_eqns: dict = dataclasses.field(default_factory=dict)  # `jnp.stack` over the experts -> its axis
     keep_is_nonzero: bool = False
     s_off: int = 0
     gather_perm: object = None
@@ -155,6 +156,8 @@ class Analyzer:
         self.sites = []
         self.misses = []
         self.covered = set()  # eqns inside sites
+        self.stack_misses = {}  # stack Eqn -> why a site over its pieces (one per expert) failed
+        self._stack_seen = None
 
     def run(self):
         prog = self.prog
@@ -165,9 +168,12 @@ class Analyzer:
                 cand = self._candidate(e) if e.name != "gather" else self._gather_candidate(e)
                 if cand is None:
                     continue
+                self._stack_seen = None
                 try:
                     site = self._attempt(e, *cand) if e.name != "gather" else self._attempt_gather(e, *cand)
                 except Miss as m:
+                    if self._stack_seen is not None:  # why a site over per-expert stacked outputs failed
+                        self.stack_misses.setdefault(self._stack_seen, m.reason)
                     if self._interesting(e):
                         self._miss(e, m.reason, m.eqn)
                     continue
@@ -452,6 +458,10 @@ class Analyzer:
     def _back(self, site, e, out_labs):
         """Labels of the operands of region eqn e, from the labels of its outputs."""
         name = e.name
+        if name in ("stack", "concatenate"):
+            stacked = self._stack_back(site, e, out_labs[0])
+            if stacked is not None:
+                return stacked
         omaps, reduced = F.axis_map(e)
         if omaps is None:
             raise Miss(f"unsupported op `{name}` on an expert-stacked value", e)
@@ -491,6 +501,29 @@ class Analyzer:
             self._dot_rule(site, e, res, out_labs[0])
         # every labeled axis of an operand must come from an output label: nothing else to check
         return [tuple(r) if r is not None else None for r in res]
+
+    def _stack_back(self, site, e, olab):
+        """`jnp.stack([expert_e(x) for e ...])` along the expert axis: the pieces, computed alike with each
+        expert's weights, become one template evaluated per row with the row's expert (the loop family's
+        virtual expert axis); only piece 0 enters the region. None when the joined axis is not the experts'."""
+        ax = e.params["axis"] if e.name == "stack" else e.params["dimension"]
+        L = olab[ax]
+        if L is None or L[0] != "E":
+            return None
+        pieces = list(e.ins)
+        if e.name == "concatenate" and any(isinstance(p, Var) and p.shape[ax] != 1 for p in pieces):
+            return None  # concatenated blocks of several experts each: not one value per expert
+        if len(pieces) != site.E or any(not isinstance(p, Var) for p in pieces):
+            raise Miss(f"`{e.name}` of {len(pieces)} values along the expert axis of {site.E} experts", e)
+        if site.template_out is not None:
+            raise Miss("two stacks of per-expert values in one site", e)
+        from jax_moe_ffi.rewrite.loops import virtual_expert_axis  # (loops imports this module)
+        self._stack_seen = e  # a Miss from here on is said by _unsupported_forms, at the stack
+        virtual_expert_axis(self.prog, site, pieces, "stacked expert outputs")
+        site.stack_eqns[e] = ax
+        lab0 = tuple(x for a, x in enumerate(olab) if a != ax) if e.name == "stack" else \
+            tuple(None if a == ax else x for a, x in enumerate(olab))
+        return [lab0] + [None] * (len(pieces) - 1)
 
     def _reshape_back(self, e, olab):
         """Operand labels of a reshape that merges labeled axes into one (the operand's axes get the merged
@@ -716,7 +749,7 @@ class Analyzer:
     def _family(self, site):
         if site.S is not None:
             return "capacity"
-        if site.terms:
+        if site.terms or site.stack_eqns:
             return "loop"
         # tokens broadcast to every expert then masked: a token leaf reaches a broadcast that adds E
         for e in site.region:
@@ -816,7 +849,8 @@ class Analyzer:
                 (lc, _), _ = e.params["dimension_numbers"]
                 out = e.outs[0]
                 kk = int(np.prod([e.ins[0].shape[a] for a in lc], dtype=np.int64)) if lc else 1
-                before += 2 * out.size * kk
+                # (a stacked site's region holds the template expert's dots: every expert runs them)
+                before += 2 * out.size * kk * (site.E if site.stack_eqns and e is not site.root else 1)
             for o in e.outs:
                 bb = max(bb, o.size * np.dtype(o.dtype).itemsize)
         for plan in site.gemms.values():
@@ -934,9 +968,10 @@ class Analyzer:
                         "(a loop that runs each expert on all tokens under a gate column, the all-experts "
                         "einsum and capacity einsums are)")
             elif e.name in ("concatenate", "stack") and len(e.ins) in experts and self._stacked_then_gated(e):
-                note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and then combined "
-                        "with the router's gate: not rewritten (an unrolled loop that adds `gate[:, e:e+1] * "
-                        "expert_e(x)`, or stacked weights with an all-experts einsum, are)")
+                why = self.stack_misses.get(e, "the stack is not reached from a top_k-sparse combine")
+                note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and combined with the "
+                        f"router's gate, but not rewritten: {why} (piece e must be the same computation with "
+                        "expert e's weights)")
 
     def _stacked_then_gated(self, e):
         """`jnp.stack` of per-expert values (width-1 pieces along the joined axis, none of them computed from
