@@ -578,7 +578,7 @@ class Facts:
             i, sign = inf_at  # logits - (+inf outside the mask): -inf there, a masked logit
             t = self._transport_e(fs[i], omaps[0], i, keep_fill=True)
             return [Fact(neg=t.fcons, negb=float("-inf"))] if sign < 0 else None
-        if name in ("add", "sub") and fs[0].fcons and fs[1].const is not None \
+        if name in ("add", "sub") and fs[0].fcons and not fs[0].cons and fs[1].const is not None \
                 and isinstance(fs[1].const, (int, float, np.number)) and tuple(ins[1].shape) == () \
                 and tuple(ins[0].shape) == tuple(e.outs[0].shape):
             # (a fill shifted by a literal: `1 / mask - 1` is +inf outside the mask, as 1 / mask is)
