@@ -14,6 +14,8 @@ from jax import lax
 
 from zoo_b import _n, _swiglu, _x, init_stacked
 
+from jax_moe_ffi import models as M
+
 
 def _experts(p):
     return {n: p[n] for n in ("w_gate", "w_up", "w_down")}
@@ -478,22 +480,9 @@ LAYERS["dbrx_fused_weights"] = (init_dbrx, dbrx_fused_weights, "dense", 1e-5)
 
 
 # ------------------------------------------- 18. list of expert modules, reciprocal-mask trick on the logits
-def reciprocal_mask_experts(params, x, k=2):
-    """Community Flax style: a list of separate expert MLPs with biases; the k-hot mask turned into a logit
-    penalty by `logits - (1 / mask - 1)` (0 where chosen, +inf elsewhere), softmax, `jnp.split` of mask and gate
-    into columns, and `sum(expert_e(x * mask_e) * gate_e)` over the experts (a Python `sum` from 0)."""
-    E = params["router"].shape[1]
-    logits = x @ params["router"]
-    _, ids = lax.top_k(logits, k)
-    mask = jnp.sum(jax.nn.one_hot(ids, E), axis=-2)
-    gate = jax.nn.softmax(logits - (1.0 / mask - 1.0), axis=-1)
-    masks, gates = jnp.split(mask, E, axis=-1), jnp.split(gate, E, axis=-1)
-
-    def expert(e, h):
-        h = jax.nn.relu(h @ params["w_gate"][e] + params["b_gate"][e])
-        return h @ params["w_down"][e] + params["b_down"][e]
-
-    return sum(expert(e, x * m) * g for e, (m, g) in enumerate(zip(masks, gates)))
-
+# Community Flax style: separate biased ReLU experts, the k-hot mask turned into a logit penalty by
+# `logits - (1 / mask - 1)`, `jnp.split` gate columns, a Python `sum`. Found silent here in session 30; the layer
+# now lives in jax_moe_ffi.models as the regression test's model (same parameter names as init_stacked's).
+reciprocal_mask_experts = M.loop_moe_reciprocal_mask
 
 LAYERS["reciprocal_mask_experts"] = (_e8_bias, reciprocal_mask_experts, "loop", 1e-5)
