@@ -498,6 +498,37 @@ def test_bfloat16():
     assert rel(yb.astype(jnp.float32), ref.astype(jnp.float32)) <= 1e-2, seed
 
 
+# forms first rewritten in session 30 (CPU only then): in bf16, and on the H200 with the CUDA kernels
+SESSION30_FORMS = [("llama4_scattered_logits_on_input", M.dense_moe_scattered_logits),
+                   ("loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask),
+                   ("loop_outputs_stacked", M.stacked_outputs_moe)]
+
+
+def _check_bf16_form(fn):
+    """bf16 weights and tokens: the compiled optimized program calls the grouped GEMM (the CUDA one on a GPU)
+    and matches the model's own bf16 program within bf16 rounding."""
+    seed = _seed()
+    p, x = _inputs(seed)
+    pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
+    xb = x.astype(jnp.bfloat16)
+    of = jax.jit(optimize(fn))
+    y0, y1 = jax.jit(fn)(pb, xb), of(pb, xb)
+    assert y1.dtype == y0.dtype == jnp.bfloat16
+    assert rel(y1.astype(jnp.float32), y0.astype(jnp.float32)) <= 2e-2, seed
+    assert f'custom_call_target="{GG}"' in of.lower(pb, xb).compile().as_text()
+
+
+@pytest.mark.parametrize("name,fn", SESSION30_FORMS, ids=[c[0] for c in SESSION30_FORMS])
+def test_session30_forms_in_bf16(name, fn):
+    _check_bf16_form(fn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,fn", SESSION30_FORMS, ids=[c[0] for c in SESSION30_FORMS])
+def test_gpu_session30_forms_run_the_cuda_kernels(name, fn):
+    _check_bf16_form(fn)
+
+
 def test_shared_expert_left_alone():
     seed = _seed()
     p, x = _inputs(seed)
