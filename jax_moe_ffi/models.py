@@ -526,9 +526,10 @@ def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False):
     return jnp.einsum("ted,te->td", jnp.stack(outs, axis=1), gate)
 
 
-def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False):
+def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False, gather: bool = False):
     """Expert-choice routing (Zhou et al. 2022): each expert picks its top-C tokens. Not token choice.
-    argsort=True picks them with jnp.argsort over the token axis instead of top_k."""
+    argsort=True picks them with jnp.argsort over the token axis instead of top_k; gather=True takes the
+    expert's rows as `x[idx]` and scatter-adds the outputs back instead of one-hot einsums."""
     t = x.shape[0]
     e = params["w_gate"].shape[0]
     c = max(1, int(t * capacity_factor / e))
@@ -538,6 +539,11 @@ def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = F
         vals = jnp.take_along_axis(probs.T, idx, axis=-1)
     else:
         vals, idx = jax.lax.top_k(probs.T, c)  # [E, C] token ids
+    if gather:
+        h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", x[idx], params["w_gate"])) * \
+            jnp.einsum("ecd,edf->ecf", x[idx], params["w_up"])
+        y = jnp.einsum("ecf,efd->ecd", h, params["w_down"]) * vals[..., None].astype(x.dtype)
+        return jnp.zeros_like(x).at[idx.reshape(-1)].add(y.reshape(-1, x.shape[1]))
     disp = jax.nn.one_hot(idx, t, dtype=x.dtype)  # [E, C, T]
     xin = jnp.einsum("ect,td->ecd", disp, x)
     h = jax.nn.silu(jnp.einsum("ecd,edf->ecf", xin, params["w_gate"])) * jnp.einsum("ecd,edf->ecf", xin, params["w_up"])

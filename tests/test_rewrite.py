@@ -323,6 +323,7 @@ def test_scanned_remat_prevent_cse_dropped():
 NEAR_MISSES = [
     ("expert_choice", M.expert_choice_moe, "expert-choice"),
     ("expert_choice_argsort", partial(M.expert_choice_moe, argsort=True), "expert-choice"),
+    ("expert_choice_gather", partial(M.expert_choice_moe, gather=True), "expert-choice"),
     # every other expert of the sorted order: distinct indices, but not a recognised top-k (kept dense)
     ("argsort_strided", partial(M.dense_moe, router=M.argsort_router("strided")), "no k-sparse gate"),
     ("soft_moe", M.soft_moe, "no k-sparse gate"),

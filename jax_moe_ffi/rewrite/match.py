@@ -1044,6 +1044,20 @@ class Analyzer:
                             c.cat in maps[i].values() and not bpos & set(maps[i].values()):
                         return ("expert-choice routing: top_k selects along the token axis (experts pick "
                                 "tokens); not token-choice MoE, left as is")
+        # the same written as a gather: an expert contraction whose rows are x[ids] for top_k ids that range over
+        # x's rows (x[top_k(scores.T, c)[1]]: each expert's c tokens)
+        for e in prog.flat:
+            if e.name != "dot_general" or e in self.covered or not _stacked_dot(e, prog):
+                continue
+            for a in e.ins:
+                p = prog.producer.get(a) if isinstance(a, Var) else None
+                if p is None or p.name != "gather" or isinstance(p.ins[1], Lit):
+                    continue
+                v = self.facts.view(p.ins[1])
+                if v is not None and F.is_topk_indices(v[0], prog) and p.ins[0].ndim == 2 \
+                        and F.topk_info(v[0], prog)[0] == p.ins[0].shape[0]:
+                    return ("expert-choice routing: the experts' rows are gathered by top_k indices over the "
+                            "tokens (experts pick tokens); not token-choice MoE, left as is")
         return None
 
 
