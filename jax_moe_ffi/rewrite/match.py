@@ -70,7 +70,7 @@ class Site:
     varying: set = dataclasses.field(default_factory=set)
     extra_terms: list = dataclasses.field(default_factory=list)
     chain: set = dataclasses.field(default_factory=set)
-    stack_eqns: dict = dataclasses.field(default_factory=dict)  # `jnp.stack` over the experts -> its axis
+    stack_eqns: set = dataclasses.field(default_factory=set)  # `jnp.stack` Eqns over the experts (template: piece 0)
     keep_is_nonzero: bool = False
     s_off: int = 0
     gather_perm: object = None
@@ -520,7 +520,7 @@ class Analyzer:
         from jax_moe_ffi.rewrite.loops import virtual_expert_axis  # (loops imports this module)
         self._stack_seen = e  # a Miss from here on is said by _unsupported_forms, at the stack
         virtual_expert_axis(self.prog, site, pieces, "stacked expert outputs")
-        site.stack_eqns[e] = ax
+        site.stack_eqns.add(e)
         lab0 = tuple(x for a, x in enumerate(olab) if a != ax) if e.name == "stack" else \
             tuple(None if a == ax else x for a, x in enumerate(olab))
         return [lab0] + [None] * (len(pieces) - 1)
