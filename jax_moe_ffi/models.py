@@ -320,11 +320,14 @@ def shared_expert_moe(params, x, top_k: int = 2):
     return dense_moe(params, x, top_k) + shared
 
 
-def moe_decoder(stacked_params, x, top_k: int = 2, remat: bool = True):
-    """A small decoder: `lax.scan` over layers of (residual) MoE blocks, each under `jax.checkpoint`."""
+def moe_decoder(stacked_params, x, top_k: int = 2, remat: bool = True, moe=None):
+    """A small decoder: `lax.scan` over layers of (residual) MoE blocks, each under `jax.checkpoint`.
+    moe: the layer's MoE function (default dense_moe)."""
+    moe = dense_moe if moe is None else moe
+
     def block(h, p):
         hn = h / jnp.sqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6)
-        return h + dense_moe(p, hn, top_k)
+        return h + moe(p, hn, top_k)
 
     if remat:
         block = jax.checkpoint(block)
@@ -454,27 +457,53 @@ def capacity_moe_groups_summed(params, x, capacity: int = 3):
                                                                                  params["w_down"]))
 
 
-def scan_over_experts_moe(params, x, top_k: int = 2, fori: bool = False):
-    """Routed MoE as a lax.scan (or lax.fori_loop) over the stacked expert weights, accumulating each expert's
-    gated output: a form the pass reports and does not rewrite."""
+SCAN_FORMS = ("scan", "fori", "scan_reverse", "fill", "while", "reversed_weights")
+
+
+def scan_over_experts_moe(params, x, top_k: int = 2, form: str = "scan"):
+    """Routed MoE as a loop over the stacked expert weights that JAX does not unroll, each expert run on every
+    token and gated by its column of the top-k gate:
+      "scan":             lax.scan over (arange(E), W_gate, W_up, W_down), the output accumulated in the carry;
+      "fori":             lax.fori_loop(0, E, ...) indexing the weights with the counter (a scan underneath);
+      "scan_reverse":     the scan run last expert first (reverse=True);
+      "fill":             a [T, E, D] buffer filled by dynamic_update_slice at column e, then einsum with the gate;
+      "while":            lax.while_loop over the experts (reported: the pass does not unroll while loops);
+      "reversed_weights": expert e's gate column on the weights of expert E-1-e (a different model: the pass
+                          must not read it as a per-expert loop)."""
+    if form not in SCAN_FORMS:
+        raise ValueError(f"form must be one of {SCAN_FORMS}, got {form!r}")
     weights, experts, _ = _router(params, x, top_k)
     e_count = params["w_gate"].shape[0]
     gate = _gate_matrix(weights, experts, e_count, x.dtype)  # [T, E]
+    names = ("w_gate", "w_up", "w_down")
 
-    def expert(e, wg, wu, wd):
-        return (jax.nn.silu(x @ wg) * (x @ wu)) @ wd * gate[:, e][:, None]
+    def expert_out(wg, wu, wd):
+        return (jax.nn.silu(x @ wg) * (x @ wu)) @ wd
 
-    if fori:
-        def body(e, acc):
-            w = [_index0(params[n], e) for n in ("w_gate", "w_up", "w_down")]
-            return acc + expert(e, *w)
-        return jax.lax.fori_loop(0, e_count, body, jnp.zeros_like(x))
+    def gated(e, w_at):
+        return expert_out(*[_index0(params[n], w_at) for n in names]) * _index0(gate.T, e)[:, None]
+
+    if form == "fori":
+        return jax.lax.fori_loop(0, e_count, lambda e, acc: acc + gated(e, e), jnp.zeros_like(x))
+    if form == "reversed_weights":
+        return jax.lax.fori_loop(0, e_count, lambda e, acc: acc + gated(e, e_count - 1 - e), jnp.zeros_like(x))
+    if form == "while":
+        def body(c):
+            e, acc = c
+            return e + 1, acc + gated(e, e)
+        return jax.lax.while_loop(lambda c: c[0] < e_count, body, (0, jnp.zeros_like(x)))[1]
+    if form == "fill":
+        def fill(buf, e):
+            y = expert_out(*[_index0(params[n], e) for n in names])
+            return jax.lax.dynamic_update_slice(buf, y[:, None, :], (0, e, 0)), None
+        buf = jax.lax.scan(fill, jnp.zeros(x.shape[:1] + (e_count,) + x.shape[1:], x.dtype), jnp.arange(e_count))[0]
+        return jnp.einsum("ted,te->td", buf, gate)
 
     def step(acc, xs):
         e, wg, wu, wd = xs
-        return acc + expert(e, wg, wu, wd), None
-    return jax.lax.scan(step, jnp.zeros_like(x), (jnp.arange(e_count), params["w_gate"], params["w_up"],
-                                                  params["w_down"]))[0]
+        return acc + expert_out(wg, wu, wd) * gate[:, e][:, None], None
+    return jax.lax.scan(step, jnp.zeros_like(x), (jnp.arange(e_count),) + tuple(params[n] for n in names),
+                        reverse=form == "scan_reverse")[0]
 
 
 def _index0(a, i):

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import jax_moe_ffi
 from jax_moe_ffi import models as M
@@ -85,6 +86,11 @@ POSITIVE = [
     ("loop_outputs_stacked", M.stacked_outputs_moe, "loop"),
     # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
     ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
+    # loops JAX keeps rolled (lax.scan / fori_loop over the experts), read as their unrolled iterations
+    ("scan_over_experts", M.scan_over_experts_moe, "loop"),
+    ("fori_loop_over_experts", partial(M.scan_over_experts_moe, form="fori"), "loop"),
+    ("scan_over_experts_reversed", partial(M.scan_over_experts_moe, form="scan_reverse"), "loop"),
+    ("scan_fills_expert_columns", partial(M.scan_over_experts_moe, form="fill"), "loop"),
     ("loop_shared_expert_bias_1xD", M.loop_moe_shared_bias, "loop"),
     ("loop_scalar_scale_separate", partial(M.loop_moe_scalar_scales, separate=True), "loop"),
     ("loop_scalar_scale_on_input", partial(M.loop_moe_scalar_scales, on_input=True), "loop"),
@@ -204,8 +210,9 @@ def test_cond_branch_is_rewritten():
         assert rel(optimize(fn)(p, x, flag), fn(p, x, flag)) <= TOL
 
 
-@pytest.mark.parametrize("fn", [M.dense_moe, partial(M.capacity_moe, capacity_factor=0.5), M.loop_moe],
-                         ids=["dense", "capacity", "loop"])
+@pytest.mark.parametrize("fn", [M.dense_moe, partial(M.capacity_moe, capacity_factor=0.5), M.loop_moe,
+                                partial(M.scan_over_experts_moe, form="fori")],
+                         ids=["dense", "capacity", "loop", "fori_loop"])
 def test_hlo_has_grouped_gemm_and_no_dense_expert_dot(fn):
     seed = _seed()
     p, x = _inputs(seed)
@@ -220,9 +227,11 @@ def test_hlo_has_grouped_gemm_and_no_dense_expert_dot(fn):
 
 @pytest.mark.parametrize("fn", [M.dense_moe, M.dense_moe_bias, partial(M.capacity_moe, capacity_factor=0.5),
                                 M.masked_moe_where, M.loop_moe, M.dense_moe_lhs, M.loop_moe_scalar_scales,
-                                partial(M.loop_moe_scalar_scales, separate=True, on_input=True)],
+                                partial(M.loop_moe_scalar_scales, separate=True, on_input=True),
+                                partial(M.scan_over_experts_moe, form="scan_reverse"),
+                                partial(M.scan_over_experts_moe, form="fill")],
                          ids=["dense", "bias", "capacity", "masked_where", "loop", "lhs", "loop_scalar_scale",
-                              "loop_separate_scalar_scale_on_input"])
+                              "loop_separate_scalar_scale_on_input", "scan_reverse", "scan_fill"])
 def test_grad_matches(fn):
     seed = _seed()
     p, x = _inputs(seed)
@@ -264,12 +273,15 @@ def test_combine_weights_folded_into_the_last_gemm_only_where_linear(fn, folds, 
         assert weighted_bwd == ({"1": False, "0": True} if folds else {"1": weighted_bwd["0"], "0": weighted_bwd["0"]})
 
 
-def test_scan_over_layers_with_checkpoint():
+@pytest.mark.parametrize("moe", [None, partial(M.scan_over_experts_moe, form="fori")], ids=["einsum", "fori_loop"])
+def test_scan_over_layers_with_checkpoint(moe):
+    """(fori_loop: the loop over the experts, nested in the scan over layers and the checkpoint, is read
+    unrolled inside the layer body.)"""
     seed = _seed()
     keys = jax.random.split(jax.random.key(seed), 3)
     ps = jax.tree.map(lambda *a: jnp.stack(a), *[M.init_moe_params(k, D, F, E) for k in keys[:2]])
     x = jax.random.normal(keys[2], (T, D))
-    fn = M.moe_decoder
+    fn = partial(M.moe_decoder, moe=moe)
     r = explain(fn, ps, x)
     assert len(r.sites) == 1 and r.sites[0].path == "scan/remat/", str(r)
     of = optimize(fn)
@@ -283,6 +295,35 @@ def test_scan_over_layers_with_checkpoint():
     g0 = jax.grad(loss(fn), argnums=(0, 1))(ps, x)
     g1 = jax.jit(jax.grad(loss(of), argnums=(0, 1)))(ps, x)
     assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
+
+
+def test_scan_over_as_many_layers_as_experts_stays_rolled():
+    """E layers of stacked [E, ...] weights sharing one routing computed before the scan: the scan over layers
+    looks like a loop over the experts, and read unrolled each iteration (a layer) is a whole MoE site of its
+    own. It is not a loop over the experts, so it stays a scan (unchanged: the layer body alone has no
+    router) rather than becoming E unrolled layers."""
+    seed = _seed()
+    keys = jax.random.split(jax.random.key(seed), E + 1)
+    ps = jax.tree.map(lambda *a: jnp.stack(a), *[M.init_moe_params(k, D, F, E) for k in keys[:E]])
+    x = jax.random.normal(keys[E], (T, D))
+
+    def fn(ps, x):
+        w, ids, _ = M._router(jax.tree.map(lambda a: a[0], ps), x, 2)
+        gate = M._gate_matrix(w, ids, E, x.dtype)
+
+        def layer(h, p):
+            y = jnp.einsum("te,etd->td", gate, jnp.einsum("etf,efd->etd", jax.nn.silu(
+                jnp.einsum("td,edf->etf", h, p["w_gate"])) * jnp.einsum("td,edf->etf", h, p["w_up"]), p["w_down"]))
+            return h + y, None
+        return jax.lax.scan(layer, x, ps)[0]
+
+    r = explain(fn, ps, x)
+    assert not r.sites, str(r)
+    assert any("read as its unrolled iterations, it is not a per-expert loop" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jax.jit(optimize(fn))(ps, x)
+    assert "while" in jax.jit(optimize(fn)).lower(ps, x).as_text()  # still a loop
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.jit(fn)(ps, x)), rtol=0, atol=0)
 
 
 def test_scanned_remat_prevent_cse_dropped():
@@ -343,8 +384,11 @@ NEAR_MISSES = [
     ("scattered_logits_finite_fill", partial(M.dense_moe_scattered_logits, fill=-10.0),
      "not provably weighted by a top_k-sparse gate"),
     # routed MoE in forms the pass does not rewrite: reported, not silent
-    ("scan_over_experts", M.scan_over_experts_moe, "per-expert loop written as lax.scan"),
-    ("fori_loop_over_experts", partial(M.scan_over_experts_moe, fori=True), "per-expert loop written as lax.scan"),
+    # loops JAX keeps rolled: a while loop is not unrolled; a fori_loop that pairs gate column e with the
+    # weights of expert E-1-e is unrolled, and its iterations are not a per-expert loop
+    ("while_loop_over_experts", partial(M.scan_over_experts_moe, form="while"), "lax.while_loop"),
+    ("fori_loop_reversed_weights", partial(M.scan_over_experts_moe, form="reversed_weights"),
+     "in a way that is not an expert index"),
     ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
     ("outputs_stacked_last_expert_first", partial(M.stacked_outputs_moe, reverse=True), "per-expert outputs stacked"),
@@ -369,6 +413,152 @@ def test_near_misses_not_rewritten(name, fn, reason):
     np.testing.assert_array_equal(np.asarray(y1), np.asarray(y0))
     np.testing.assert_array_equal(np.asarray(y1b), np.asarray(y0))
     assert GG not in str(jax.make_jaxpr(of)(p, x))
+
+
+# ---------------------------------------------------------------- loops JAX keeps rolled, read unrolled
+def _gate_and_experts(p, x):
+    w, ids, _ = M._router(p, x, 2)
+    return M._gate_matrix(w, ids, E, x.dtype), E
+
+
+def _expert_at(p, x, e):
+    w = [jax.lax.dynamic_index_in_dim(p[n], e, 0, keepdims=False) for n in ("w_gate", "w_up", "w_down")]
+    return (jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2]
+
+
+def _fori(p, x, term, init=None, **kw):
+    return jax.lax.fori_loop(0, E, lambda e, a: term(e, a), jnp.zeros_like(x) if init is None else init, **kw)
+
+
+def rolled_ys_stacked(p, x):  # per-expert outputs as the scan's ys [E, T, D], then einsum with the gate
+    gate, _ = _gate_and_experts(p, x)
+    return jnp.einsum("etd,te->td", jax.lax.scan(lambda c, e: (c, _expert_at(p, x, e)), None, jnp.arange(E))[1],
+                      gate)
+
+
+def rolled_ys_reverse_over_weights(p, x):  # xs = the stacked weights themselves, run last expert first
+    gate, _ = _gate_and_experts(p, x)
+
+    def f(c, w):
+        return c, (jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2]
+    ys = jax.lax.scan(f, None, (p["w_gate"], p["w_up"], p["w_down"]), reverse=True)[1]
+    return jnp.einsum("etd,te->td", ys, gate)
+
+
+def rolled_unroll_2_residual(p, x):  # fori_loop(unroll=2) whose sum starts from x (a residual)
+    gate, _ = _gate_and_experts(p, x)
+    return _fori(p, x, lambda e, a: a + _expert_at(p, x, e) * gate[:, e][:, None], init=x, unroll=2)
+
+
+def rolled_next_expert_clamped(p, x):  # weights of expert e+1 (clamped at E-1 by dynamic_slice), gate column e
+    gate, _ = _gate_and_experts(p, x)
+    return _fori(p, x, lambda e, a: a + _expert_at(p, x, e + 1) * gate[:, e][:, None])
+
+
+def rolled_decayed_sum(p, x):  # acc * 0.5 + term: not a sum of the expert terms
+    gate, _ = _gate_and_experts(p, x)
+    return _fori(p, x, lambda e, a: a * 0.5 + _expert_at(p, x, e) * gate[:, e][:, None])
+
+
+def rolled_fill_skips_a_column(p, x):  # experts E-2 and E-1 both written to column E-2; column E-1 stays zero
+    gate, _ = _gate_and_experts(p, x)
+
+    def f(buf, e):
+        return jax.lax.dynamic_update_slice(buf, _expert_at(p, x, e)[:, None], (0, jnp.minimum(e, E - 2), 0)), None
+    buf = jax.lax.scan(f, jnp.zeros((x.shape[0], E, x.shape[1])), jnp.arange(E))[0]
+    return jnp.einsum("ted,te->td", buf, gate)
+
+
+def rolled_counter_offset(p, x):  # a counter from 1: weights of expert (i % E), gate column (i - 1) % E
+    gate, _ = _gate_and_experts(p, x)
+
+    def f(c, _):
+        i, a = c
+        return (i + 1, a + _expert_at(p, x, i % E) * gate[:, (i - 1) % E][:, None]), None
+    return jax.lax.scan(f, (1, jnp.zeros_like(x)), None, length=E)[0][1]
+
+
+def rolled_gate_rolled_twice(p, x):  # the gate carried and rolled by 2 experts a step: pairs the wrong experts
+    gate, _ = _gate_and_experts(p, x)
+
+    def f(c, e):
+        g, a = c
+        return (jnp.roll(g, -2, axis=1), a + _expert_at(p, x, e) * g[:, 0][:, None]), None
+    return jax.lax.scan(f, (gate, jnp.zeros_like(x)), jnp.arange(E))[0][1]
+
+
+def rolled_lax_map(p, x, batch_size=None):  # lax.map over the stacked weights (a scan with ys)
+    gate, _ = _gate_and_experts(p, x)
+    ys = jax.lax.map(lambda w: (jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2], (p["w_gate"], p["w_up"], p["w_down"]),
+                     batch_size=batch_size)
+    return jnp.einsum("etd,te->td", ys, gate)
+
+
+ROLLED = [rolled_ys_stacked, rolled_ys_reverse_over_weights, rolled_unroll_2_residual, rolled_lax_map]
+ROLLED_NOT_EXPERT_LOOPS = [rolled_next_expert_clamped, rolled_decayed_sum, rolled_fill_skips_a_column,
+                           rolled_counter_offset, rolled_gate_rolled_twice]
+
+
+@pytest.mark.parametrize("fn", ROLLED + ROLLED_NOT_EXPERT_LOOPS, ids=[f.__name__ for f in ROLLED + ROLLED_NOT_EXPERT_LOOPS])
+def test_rolled_loops_read_unrolled(fn):
+    """A scan / fori_loop over the experts is translated again as its iterations (the counter folded to a
+    literal per iteration, dynamic_slice to slice, loop-invariant code made once, a buffer filled column by
+    column to a concatenate). Per-expert loops are then rewritten exactly (forward and gradients); loops that
+    pair the wrong expert's weights and gate, decay the sum or leave a column unwritten stay as written."""
+    seed = _seed()
+    p, x = _inputs(seed)
+    r = explain(fn, p, x)
+    if fn in ROLLED:
+        assert [s.family for s in r.sites] == ["loop"], (seed, str(r))
+        assert any("read as the unrolled loop it computes" in n for n in r.sites[0].notes)
+        assert rel(jax.jit(optimize(fn))(p, x), fn(p, x)) <= TOL, seed
+
+        def loss(f):
+            return lambda p, x: jnp.sum(jnp.sin(f(p, x)) * x)
+        g0 = jax.grad(loss(fn), argnums=(0, 1))(p, x)
+        g1 = jax.jit(jax.grad(loss(optimize(fn)), argnums=(0, 1)))(p, x)
+        assert tree_rel(g1, g0) <= 1e-5, (seed, tree_rel(g1, g0))
+    else:
+        assert not r.sites, (seed, str(r))
+        assert any("read as its unrolled iterations, it is not a per-expert loop" in m.reason for m in r.misses), str(r)
+        with pytest.warns(RuntimeWarning, match="no MoE site"):
+            y1 = optimize(fn)(p, x)
+        np.testing.assert_array_equal(np.asarray(y1), np.asarray(fn(p, x)))
+
+
+@settings(max_examples=8, deadline=None)
+@given(e=st.integers(2, 7), k=st.integers(1, 3), t=st.integers(1, 13), form=st.sampled_from(
+    ["scan", "fori", "fill", "scan_reverse"]), seed=st.integers(0, 2 ** 31 - 1))
+def test_rolled_expert_loops_any_shape(e, k, t, form, seed):
+    """Any E >= 2, k <= E, any token count (odd, one token): the rolled loop over the experts is rewritten and
+    matches the model, forward and gradients."""
+    k = min(k, e)
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    p = M.init_moe_params(k1, D, F, e)
+    x = jax.random.normal(k2, (t, D), jnp.float32)
+    fn = partial(M.scan_over_experts_moe, top_k=k, form=form)
+    assert [s.family for s in explain(fn, p, x).sites] == ["loop"], (e, k, t, form, seed)
+    assert rel(jax.jit(optimize(fn))(p, x), fn(p, x)) <= TOL, (e, k, t, form, seed)
+    loss = lambda f: lambda p, x: jnp.sum(jnp.sin(f(p, x)) * x)  # noqa: E731
+    g0 = jax.grad(loss(fn), argnums=(0, 1))(p, x)
+    g1 = jax.jit(jax.grad(loss(optimize(fn)), argnums=(0, 1)))(p, x)
+    # one norm over all leaves: with k = 1 the renormalised gate is 1 and the router's gradient is rounding noise
+    flat = [jnp.concatenate([jnp.ravel(a) for a in jax.tree.leaves(g)]) for g in (g1, g0)]
+    assert rel(*flat) <= 1e-5, (e, k, t, form, seed, rel(*flat))
+
+
+def test_lax_map_over_groups_of_experts_is_a_near_miss():
+    """lax.map(batch_size=2): a scan over E/2 groups with the router outside the loop body. Not rewritten; the
+    body's reason says the router is outside the loop (it used to say there was no top_k in the function)."""
+    seed = _seed()
+    p, x = _inputs(seed)
+    fn = partial(rolled_lax_map, batch_size=2)
+    r = explain(fn, p, x)
+    assert not r.sites and r.misses, str(r)
+    assert all("router (top_k) is outside the loop" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y1 = optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(fn(p, x)))
 
 
 @pytest.mark.parametrize("fn,lead", [(M.capacity_moe_per_choice_count, ()), (M.capacity_moe_groups_summed, (2,))],
@@ -527,6 +717,22 @@ def test_session30_forms_in_bf16(name, fn):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,fn", SESSION30_FORMS, ids=[c[0] for c in SESSION30_FORMS])
 def test_gpu_session30_forms_run_the_cuda_kernels(name, fn):
+    _check_bf16_form(fn)
+
+
+# forms first rewritten in session 31 (CPU only then): loops over the experts that JAX keeps rolled
+SESSION31_FORMS = [("fori_loop_over_experts", partial(M.scan_over_experts_moe, form="fori")),
+                   ("scan_fills_expert_columns", partial(M.scan_over_experts_moe, form="fill"))]
+
+
+@pytest.mark.parametrize("name,fn", SESSION31_FORMS, ids=[c[0] for c in SESSION31_FORMS])
+def test_session31_forms_in_bf16(name, fn):
+    _check_bf16_form(fn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,fn", SESSION31_FORMS, ids=[c[0] for c in SESSION31_FORMS])
+def test_gpu_session31_forms_run_the_cuda_kernels(name, fn):
     _check_bf16_form(fn)
 
 

@@ -17,21 +17,26 @@ from jax._src import source_info_util as siu
 from jax_moe_ffi.ops import topk as TK
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite import ragged as RG
+from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.facts import Facts
-from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
+from jax_moe_ffi.rewrite.ir import MAX_UNROLL, Lit, Var, program_from_closed, source_line
 from jax_moe_ffi.rewrite.match import Analyzer
 
 
 class Plan:
-    def __init__(self, prog, mode, path="", options=None, in_unit=False, loop_body=False):
+    def __init__(self, prog, mode, path="", options=None, in_unit=False, loop_body=False, outer_router=False):
         self.prog = prog
         self.mode = mode
         self.path = path
         self.loop_body = loop_body  # the body of a scan or while loop (see remat_prevent_cse)
         self.options = dict(options or {})  # streams / offload, read by emit
         self.facts = Facts(prog)
-        an = Analyzer(prog, self.facts, mode)
+        self.outer_router = outer_router
+        an = Analyzer(prog, self.facts, mode, outer_router)
         self.sites, self.misses = an.run()
+        if an.loop_scans:
+            self._try_unrolled(an.loop_scans)
+        prog = self.prog
         for s in self.sites:
             s.path = path
         for m in self.misses:
@@ -48,11 +53,12 @@ class Plan:
                     self.misses.append({"reason": why, "source": source_line(e), "op": e.name, "at": None,
                                         "shapes": [tuple(v.shape) for v in e.ins], "path": path})
         self.subplans = {}
+        routed = outer_router or any(F.is_router_eqn(e, prog) for e in prog.flat)
         for e in prog.flat:
             if e.subs and e.kind in ("scan", "remat", "cond", "while", "shard_map"):
                 self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
                                          f"{path}{e.kind}/", self.options, in_unit or e.unit is not None,
-                                         e.kind in ("scan", "while"))
+                                         e.kind in ("scan", "while"), routed)
                                     for i, sp in enumerate(e.subs)]
         self.expanded = set()
         self.site_at = {}
@@ -79,20 +85,52 @@ class Plan:
                 if pe is not None and pe.unit is not None and v not in pe.unit.outs:
                     self._expand(pe.unit)
 
+    def _try_unrolled(self, scans):
+        """A lax.scan / fori_loop over the experts, translated again with its iterations unrolled: when the
+        sites then found read the iterations as their experts and no expert GEMM of the loops is left to run,
+        that program is the one rewritten; otherwise the loops stay as written and their near-miss says why."""
+        for e in scans:
+            if e.params["length"] > MAX_UNROLL:
+                self._amend_scan_miss(e, f"{e.params['length']} iterations, more than the {MAX_UNROLL} the pass "
+                                         "unrolls")
+        keys = {e.orig: e for e in scans if e.params["length"] <= MAX_UNROLL}
+        if not keys or self.prog.source is None:
+            return
+        scans = list(keys.values())
+        prog2 = program_from_closed(*self.prog.source, unroll=frozenset(keys))
+        facts2 = Facts(prog2)
+        an2 = Analyzer(prog2, facts2, self.mode, self.outer_router)
+        sites2, misses2 = an2.run()
+        left = [q for q in _still_evaluated(prog2, sites2) if q.unrolled in keys and q.name == "dot_general"]
+        read = [_iterations_read_as_experts(s, prog2, keys) for s in sites2]
+        if not left and None not in read and set().union(*read) == set(keys):
+            self.prog, self.facts, self.sites, self.misses = prog2, facts2, sites2, misses2
+            for s in sites2:
+                loops = sorted({q.unrolled for q in s.region + [s.root] if q.unrolled in keys}, key=list(keys).index)
+                for k_ in loops:
+                    s.notes.append(f"the lax.scan / fori_loop over the experts at {source_line(keys[k_])} "
+                                   f"({keys[k_].params['length']} iterations) is read as the unrolled loop it "
+                                   "computes: the same operations in the same order")
+            return
+        src = {source_line(q) for q in prog2.flat if q.unrolled in keys}
+        why = [m["reason"] for m in misses2 if m["source"] in src]
+        for e in scans:
+            self._amend_scan_miss(e, "read as its unrolled iterations, it is not a per-expert loop the pass "
+                                     "rewrites" + (f": {why[0]}" if why else ""))
+
+    def _amend_scan_miss(self, e, why):
+        src = source_line(e)
+        for m in self.misses:
+            if m["source"] == src and m["op"] == e.name:
+                m["reason"] += f"; {why}"
+
     def _expand(self, u):
         while u is not None:
             self.expanded.add(u)
             u = u.unit
 
     def site_requires(self, s):
-        req = [s.I] + ([s.S] if s.S is not None else [])
-        req += [v for v, kd in s.kinds.items() if kd not in ("iota", "vexp")]
-        req += [v for v in s.extra_terms if isinstance(v, Var)]
-        for v, kd in s.kinds.items():
-            if kd == "vexp":
-                st = s.stacked[v]
-                req += st[1] if st[0] == "list" else [st[1]]
-        return [v for v in req if isinstance(v, Var)]
+        return site_requires(s)
 
     def has_sites(self):
         return bool(self.sites or self.ragged) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
@@ -110,6 +148,53 @@ class Plan:
 
     def all_misses(self):
         return [m for p in self.all_plans() for m in p.misses]
+
+
+def site_requires(s):
+    """The values a site's emitted code reads (what the dense region it replaces needed from outside)."""
+    req = [s.I] + ([s.S] if s.S is not None else [])
+    req += [v for v, kd in s.kinds.items() if kd not in ("iota", "vexp")]
+    req += [v for v in s.extra_terms if isinstance(v, Var)]
+    for v, kd in s.kinds.items():
+        if kd == "vexp":
+            st = s.stacked[v]
+            req += st[1] if st[0] == "list" else [st[1]]
+    return [v for v in req if isinstance(v, Var)]
+
+
+def _iterations_read_as_experts(site, prog, keys):
+    """The unrolled loops (keys) whose iterations the site reads as its experts: some per-expert value list of
+    the site (a loop site's terms, a stack's pieces) holds one value from every iteration of the loop, in
+    order. None if the site touches an unrolled loop without reading it so. (A scan over layers that happens
+    to have E iterations, each layer with its own MoE site, is not a loop over the experts: it stays rolled,
+    and the sites inside its body are rewritten there.)"""
+    def iteration(v, key):
+        q = prog.producer.get(v)
+        return q.iteration if q is not None and q.unrolled == key else None
+
+    lists = [st[1] for st in site.stacked.values() if st[0] == "list"]
+    out = set()
+    for key in {q.unrolled for q in site.region + [site.root] if q.unrolled in keys}:
+        every = list(range(keys[key].params["length"]))
+        if not any([iteration(v, key) for v in vs] == every for vs in lists):
+            return None
+        out.add(key)
+    return out
+
+
+def _still_evaluated(prog, sites):
+    """The equations of prog (analysis view) that the outputs still need once `sites` are rewritten."""
+    at = {s.root: s for s in sites}
+    needed = {v for v in prog.outvars if isinstance(v, Var)}
+    out = []
+    for e in reversed(prog.flat):
+        s = at.get(e)
+        if not (e.effects or any(o in needed for o in ([s.out] if s is not None else e.outs))):
+            continue
+        if s is None:
+            out.append(e)
+        needed.update(v for v in (site_requires(s) if s is not None else e.ins) if isinstance(v, Var))
+    return out
 
 
 def _chain(u):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+import jax
 import numpy as np
 from jax import lax
 from jax.extend import core as jcore  # public re-exports (jax._src.core moves between versions)
@@ -85,7 +86,8 @@ class Lit(_Typed):
 
 class Eqn:
     """kind: prim | unit | alias | scan | remat | cond | while | shard_map | opaque."""
-    __slots__ = ("prim", "params", "ins", "outs", "src", "ctx", "kind", "body", "subs", "unit", "id", "effects")
+    __slots__ = ("prim", "params", "ins", "outs", "src", "ctx", "kind", "body", "subs", "unit", "id", "effects",
+                 "orig", "unrolled", "iteration")
 
     def __init__(self, prim, params, ins, outs, src, ctx, kind="prim"):
         self.prim = prim
@@ -100,6 +102,9 @@ class Eqn:
         self.unit = None  # the innermost unit this (inlined) eqn belongs to
         self.id = next(_ids)
         self.effects = False  # has side effects: always evaluated (never dead-code eliminated)
+        self.orig = None  # scan: the jaxpr equation it was translated from (the key for unrolling it)
+        self.unrolled = None  # made by unrolling a scan: that scan's `orig`
+        self.iteration = None  # ... in its iteration number `iteration`
 
     @property
     def name(self):
@@ -111,6 +116,7 @@ class Eqn:
 
 class Program:
     def __init__(self, invars, outvars, eqns, flat):
+        self.source = None  # (jaxpr, consts) it was translated from: to translate it again, unrolling loops
         self.invars = invars
         self.outvars = outvars
         self.eqns = eqns
@@ -132,20 +138,71 @@ class Program:
         return any(o is v for o in self.outvars)
 
 
-def program_from_closed(cj, consts=None) -> Program:
+def program_from_closed(cj, consts=None, unroll=frozenset()) -> Program:
+    """unroll: ids of `scan` equations (anywhere in cj, nested bodies included) to translate as their
+    iterations one after another (see `_unroll_scan`)."""
     jaxpr = cj.jaxpr if isinstance(cj, jcore.ClosedJaxpr) else cj
     consts = list(cj.consts) if isinstance(cj, jcore.ClosedJaxpr) else list(consts or [])
     invars = [Var(v.aval) for v in jaxpr.invars]
     const_atoms = [Lit(c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
-    exec_eqns, flat, outs = _translate(jaxpr, list(invars), const_atoms, None)
-    return Program(invars, outs, exec_eqns, flat)
+    exec_eqns, flat, outs = _translate(jaxpr, list(invars), const_atoms, None, _Ctx(unroll))
+    prog = Program(invars, outs, exec_eqns, flat)
+    prog.source = (jaxpr, consts)
+    return prog
+
+
+class _Ctx:
+    """Translation options: which scans to unroll, and whether scalar integer arithmetic on literals is
+    folded (inside an unrolled body, where the loop counter becomes a literal per iteration)."""
+
+    def __init__(self, unroll, fold=None):
+        self.unroll = unroll
+        self.fold = fold  # the id of the scan being unrolled, or None
+        self.memo = {}  # (jaxpr equation, its inputs) -> outputs: what every iteration computes alike, once
+
+
+def _atom_key(a):
+    if isinstance(a, Var):
+        return ("v", a.id)
+    v = a.scalar() if a.ndim == 0 else None
+    return ("l", str(a.dtype), v) if v is not None else ("l", id(a.val))
+
+
+MAX_UNROLL = 256  # longest scan the pass unrolls to look for a per-expert loop (E <= 256 in today's models)
+_FOLDABLE = {"add", "sub", "mul", "neg", "max", "min", "lt", "le", "gt", "ge", "eq", "ne", "select_n", "and",
+             "or", "not", "convert_element_type", "rem", "div", "clamp", "squeeze", "broadcast_in_dim", "reshape"}
+
+
+def _folded(name, params, prim, ins, outvars):
+    """The literal outputs of a small integer / bool computation on literals, else None. Only integers:
+    exact whoever evaluates them, so folding them here cannot change a result."""
+    if name not in _FOLDABLE or not all(isinstance(a, Lit) for a in ins):
+        return None
+    if any(np.prod(v.aval.shape, dtype=np.int64) > 64 or not (np.issubdtype(v.aval.dtype, np.integer)
+                                                            or v.aval.dtype == np.bool_) for v in outvars):
+        return None
+    with jax.ensure_compile_time_eval():
+        r = prim.bind(*[a.val for a in ins], **params)
+    r = r if prim.multiple_results else [r]
+    return [Lit(np.asarray(x), v.aval) for x, v in zip(r, outvars)]
+
+
+def _static_dynamic_slice(params, ins):
+    """`dynamic_slice` whose start indices are literals, as the `slice` it is (starts clamped as
+    dynamic_slice clamps them), else None."""
+    idx = ins[1:]
+    if not all(isinstance(a, Lit) and a.ndim == 0 for a in idx):
+        return None
+    shape, sizes = ins[0].shape, params["slice_sizes"]
+    st = tuple(int(min(max(int(np.asarray(a.val)), 0), n - s)) for a, n, s in zip(idx, shape, sizes))
+    return {"start_indices": st, "limit_indices": tuple(a + s for a, s in zip(st, sizes)), "strides": None}
 
 
 def _sub_jaxpr(p):
     return p.jaxpr if isinstance(p, jcore.ClosedJaxpr) else p
 
 
-def _translate(jaxpr, in_atoms, const_atoms, unit):
+def _translate(jaxpr, in_atoms, const_atoms, unit, ctx):
     env = {}
 
     def read(a):
@@ -166,7 +223,7 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
             sub = params.get("jaxpr", params.get("call_jaxpr"))
             sj = _sub_jaxpr(sub)
             sc = [Lit(c, v.aval) for c, v in zip(getattr(sub, "consts", ()), sj.constvars)]
-            e_exec, e_flat, outs = _translate(sj, ins, sc, unit)
+            e_exec, e_flat, outs = _translate(sj, ins, sc, unit, ctx)
             exec_eqns += e_exec
             flat += e_flat
             for ov, a in zip(eqn.outvars, outs):
@@ -178,7 +235,7 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
             ue.unit = unit
             ue.effects = bool(eqn.effects)
             sc = [Lit(c, v.aval) for c, v in zip(cj.consts, cj.jaxpr.constvars)]
-            b_exec, b_flat, b_outs = _translate(cj.jaxpr, ins, sc, ue)
+            b_exec, b_flat, b_outs = _translate(cj.jaxpr, ins, sc, ue, ctx)
             produced = {o for e in b_flat for o in e.outs}
             outs, seen = [], set()
             for ov, a in zip(eqn.outvars, b_outs):
@@ -207,15 +264,39 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
                     lim = list(ins[0].shape)
                     lim[ax] = start + size
                     st = tuple(start if a == ax else 0 for a in range(nd))
-                    se = Eqn(lax.slice_p, {"start_indices": st, "limit_indices": tuple(lim), "strides": None},
-                             [ins[0]], [nv], eqn.source_info, eqn.ctx)
-                    se.unit = unit
-                    se.effects = False
-                    exec_eqns.append(se)
-                    flat.append(se)
+                    _emit(lax.slice_p, {"start_indices": st, "limit_indices": tuple(lim), "strides": None},
+                          [ins[0]], [nv], eqn, unit, exec_eqns, flat)
                 start += size
             continue
+        if name == "scan" and id(eqn) in ctx.unroll:
+            for ov, a in zip(eqn.outvars, _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat)):
+                if not isinstance(ov, jcore.DropVar):
+                    env[ov] = a
+            continue
+        if ctx.fold is not None:
+            lits = _folded(name, params, eqn.primitive, ins, eqn.outvars)
+            if lits is not None:
+                for ov, a in zip(eqn.outvars, lits):
+                    env[ov] = a
+                continue
+            if name == "dynamic_slice" and (sp := _static_dynamic_slice(params, ins)) is not None:
+                nv = env[eqn.outvars[0]] = Var(eqn.outvars[0].aval)
+                _emit(lax.slice_p, sp, [ins[0]], [nv], eqn, unit, exec_eqns, flat)
+                continue
+        key = None
+        if ctx.fold is not None and not eqn.effects and name not in STRUCTURED \
+                and not any(isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) for v in params.values()):
+            # loop-invariant code (`gate.T` in the body) made once, as a Python loop computing it before the
+            # loop would: then every iteration slices the same array. Same inputs, same op: same values.
+            key = (id(eqn), tuple(_atom_key(a) for a in ins))
+            if key in ctx.memo:
+                for ov, a in zip(eqn.outvars, ctx.memo[key]):
+                    if not isinstance(ov, jcore.DropVar):
+                        env[ov] = a
+                continue
         outs = [Var(ov.aval) for ov in eqn.outvars]
+        if key is not None:
+            ctx.memo[key] = outs
         for ov, nv in zip(eqn.outvars, outs):
             if not isinstance(ov, jcore.DropVar):
                 env[ov] = nv
@@ -224,6 +305,7 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
         e.effects = bool(eqn.effects)
         if name == "scan":
             e.kind = "scan"
+            e.orig = id(eqn)
             e.subs = [program_from_closed(params["jaxpr"])]
         elif name in ("remat2", "checkpoint"):
             e.kind = "remat"
@@ -245,6 +327,121 @@ def _translate(jaxpr, in_atoms, const_atoms, unit):
         flat.append(e)
     outs = [read(a) for a in jaxpr.outvars]
     return exec_eqns, flat, outs
+
+
+def _emit(prim, params, ins, outs, eqn, unit, exec_eqns, flat):
+    """Appends an equation the translation makes (a piece of `split`, an unrolled scan's slicing), with the
+    source position of the jaxpr equation `eqn` it stands for."""
+    q = Eqn(prim, params, ins, outs, eqn.source_info, eqn.ctx)
+    q.unit = unit
+    exec_eqns.append(q)
+    flat.append(q)
+    return q
+
+
+def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
+    """A `scan` translated as its iterations in order: iteration i reads row i of each xs (a `slice` +
+    `squeeze`, or a literal when the xs is a literal or an `iota`, e.g. `jnp.arange(E)`), the carry flows from
+    one iteration's body to the next, and the ys rows are stacked back (`concatenate`). The same operations in
+    the same order as the loop, so the same values; the loop counter of a `fori_loop` becomes a literal per
+    iteration, and with it the `dynamic_slice`s it indexes (folded to `slice`s): what an unrolled Python loop
+    over the experts looks like."""
+    p = eqn.params
+    nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+    bj = p["jaxpr"].jaxpr
+    bconsts = [Lit(c, v.aval) for c, v in zip(p["jaxpr"].consts, bj.constvars)]
+    consts, carry, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
+    made = {o: q for q in flat for o in q.outs}
+    sub = _Ctx(ctx.unroll, fold=id(eqn))
+    ys = [[None] * length for _ in bj.outvars[nk:]]
+    for i in (range(length - 1, -1, -1) if p["reverse"] else range(length)):
+        row = []
+        for x in xs:
+            aval = x.aval.update(shape=x.shape[1:])
+            q = made.get(x) if isinstance(x, Var) else None
+            if isinstance(x, Lit):
+                row.append(Lit(np.asarray(x.val)[i], aval))
+            elif q is not None and q.name == "iota" and x.ndim == 1 and np.issubdtype(x.dtype, np.integer):
+                row.append(Lit(np.asarray(i, x.dtype), aval))
+            else:
+                piece = Var(x.aval.update(shape=(1,) + x.shape[1:]))
+                _emit(lax.slice_p, {"start_indices": (i,) + (0,) * (x.ndim - 1),
+                                    "limit_indices": (i + 1,) + x.shape[1:], "strides": None},
+                      [x], [piece], eqn, unit, exec_eqns, flat)
+                row.append(Var(aval))
+                _emit(lax.squeeze_p, {"dimensions": (0,)}, [piece], [row[-1]], eqn, unit, exec_eqns, flat)
+        n0 = len(flat)
+        e_exec, e_flat, outs = _translate(bj, consts + carry + row, bconsts, unit, sub)
+        for q in e_flat:
+            if q.unrolled is None:
+                q.unrolled, q.iteration = id(eqn), i
+        exec_eqns += e_exec
+        flat += e_flat
+        made.update({o: q for q in flat[n0:] for o in q.outs})
+        carry = outs[:nk]
+        for y, o in zip(ys, outs[nk:]):
+            y[i] = o
+    carry = [_updates_as_concatenate(c, eqn, unit, exec_eqns, flat) or c for c in carry]
+    stacked = []
+    for y, ov in zip(ys, eqn.outvars[nk:]):
+        if isinstance(ov, jcore.DropVar):
+            stacked.append(None)
+            continue
+        rows = []
+        for o in y:
+            r = Var(o.aval.update(shape=(1,) + o.shape))
+            _emit(lax.broadcast_in_dim_p, {"shape": (1,) + o.shape, "broadcast_dimensions": tuple(range(1, o.ndim + 1)),
+                                           "sharding": None}, [o], [r], eqn, unit, exec_eqns, flat)
+            rows.append(r)
+        stacked.append(Var(ov.aval))
+        _emit(lax.concatenate_p, {"dimension": 0}, rows, [stacked[-1]], eqn, unit, exec_eqns, flat)
+    return carry + stacked
+
+
+def _updates_as_concatenate(v, eqn, unit, exec_eqns, flat):
+    """A carry that the unrolled iterations fill by `dynamic_update_slice` at literal offsets (`buf.at[:, e]
+    .set(y_e)` in a scan over the experts), each piece exactly once over a buffer of zeros, is the
+    `concatenate` of the pieces: returns it (the updates removed), else None."""
+    made = {o: q for q in flat for o in q.outs}
+    chain, cur = [], v
+    while isinstance(cur, Var) and cur in made and made[cur].name == "dynamic_update_slice":
+        chain.append(made[cur])
+        cur = made[cur].ins[0]
+    q0 = made.get(cur) if isinstance(cur, Var) else None
+    zero = (isinstance(cur, Lit) and not np.any(np.asarray(cur.val))) or (
+        q0 is not None and q0.name == "broadcast_in_dim" and isinstance(q0.ins[0], Lit)
+        and not np.any(np.asarray(q0.ins[0].val)))
+    if len(chain) < 2 or not zero:
+        return None
+    axes, pieces = set(), []
+    for q in chain:
+        upd, idx = q.ins[1], q.ins[2:]
+        if not all(isinstance(a, Lit) and a.ndim == 0 for a in idx):
+            return None
+        st = [int(np.asarray(a.val)) for a in idx]
+        part = [a for a in range(v.ndim) if upd.shape[a] != v.shape[a] or st[a] != 0]
+        if len(part) != 1 or not 0 <= st[part[0]] <= v.shape[part[0]] - upd.shape[part[0]]:
+            return None
+        axes.add(part[0])
+        pieces.append((st[part[0]], upd))
+    if len(axes) != 1:
+        return None
+    ax = axes.pop()
+    pieces.sort(key=lambda p: p[0])
+    at = 0
+    for st, upd in pieces:
+        if st != at:
+            return None  # a gap or an overwrite: not a plain concatenation
+        at += upd.shape[ax]
+    inner = {q.outs[0] for q in chain[1:]}
+    if at != v.shape[ax] or any(a in inner for q in flat if q not in chain for a in q.ins):
+        return None
+    drop = set(chain)
+    flat[:] = [q for q in flat if q not in drop]
+    exec_eqns[:] = [q for q in exec_eqns if q not in drop]
+    out = Var(v.aval)
+    _emit(lax.concatenate_p, {"dimension": ax}, [u for _, u in pieces], [out], eqn, unit, exec_eqns, flat)
+    return out
 
 
 def source_line(eqn) -> str:

@@ -149,14 +149,16 @@ def _merge_unit_labels(a, b, shape):
 
 # ------------------------------------------------------------------------------------------------
 class Analyzer:
-    def __init__(self, prog, facts, mode="exact"):
+    def __init__(self, prog, facts, mode="exact", outer_router=False):
         self.prog = prog
+        self.outer_router = outer_router  # a loop body's analysis: the enclosing program has a top_k
         self.facts = facts
         self.mode = mode
         self.sites = []
         self.misses = []
         self.covered = set()  # eqns inside sites
         self.stack_misses = {}  # stack Eqn -> why a site over its pieces (one per expert) failed
+        self.loop_scans = []  # lax.scan / fori_loop over the experts: the Plan tries them unrolled
         self._stack_seen = None
 
     def run(self):
@@ -901,6 +903,10 @@ class Analyzer:
             reported.add(src)
             if gather_reason is not None:
                 reason = gather_reason
+            elif not has_topk and self.outer_router:
+                reason = ("expert-stacked contraction in a loop body whose router (top_k) is outside the loop, "
+                          "e.g. lax.map(batch_size=b) over groups of experts: not rewritten (a loop over single "
+                          "experts, lax.map without batch_size, jax.vmap and the all-experts einsum are)")
             elif not has_topk:
                 reason = ("no k-sparse gate: the expert-stacked contraction is combined with dense weights "
                           "(no top_k/approx_top_k/argmax in the function; soft/dense MoE keeps its meaning)")
@@ -954,10 +960,15 @@ class Analyzer:
             if e.kind in ("scan", "while") and any(_has_dot(sub) for sub in e.subs or []):
                 # (a fori_loop with static bounds is a scan with no xs: the stacked weights are its consts)
                 stacked = any(isinstance(x, Var) and x.ndim >= 3 and x.shape[0] in experts for x in e.ins)
-                if stacked and (e.kind == "while" or e.params["length"] in experts):
-                    note(e, "per-expert loop written as lax.scan / lax.fori_loop / lax.while_loop over stacked "
-                            "expert weights: not rewritten (unrolled Python loops over the experts, the all-experts "
-                            "einsum and capacity einsums are)")
+                if stacked and e.kind == "while":
+                    note(e, "per-expert loop written as lax.while_loop over stacked expert weights: not rewritten "
+                            "(a while loop is not unrolled; lax.scan and lax.fori_loop with static bounds over the "
+                            "experts are read as their unrolled iterations)")
+                elif stacked and e.params["length"] in experts:
+                    if e.orig is not None:
+                        self.loop_scans.append(e)  # the Plan reads it unrolled, and amends this note if that fails
+                    note(e, "per-expert loop written as lax.scan / lax.fori_loop over stacked expert weights: not "
+                            "rewritten")
             elif e.name == "gather" and e.ins[0].ndim >= 3 and e.ins[0].shape[0] in experts \
                     and self._from_router(e.ins[1]):
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
