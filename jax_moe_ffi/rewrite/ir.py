@@ -444,10 +444,24 @@ def _updates_as_concatenate(v, eqn, unit, exec_eqns, flat):
     return out
 
 
+# a framework's op wrappers (keras.ops over jax.numpy): the frame that called them is the model's own line
+_WRAPPER_DIRS = ("/keras/src/backend/", "/keras/src/ops/")
+
+
 def source_line(eqn) -> str:
-    """file:line (function) of the user code that made this equation."""
+    """file:line (function) of the user code that made this equation (past keras.ops' wrappers)."""
     from jax._src import source_info_util as siu
     try:
-        return siu.summarize(eqn.src)
+        first = None
+        for f in siu.user_frames(eqn.src.traceback):
+            first = first or f
+            if not any(d in f.file_name.replace("\\", "/") for d in _WRAPPER_DIRS):
+                break
+        else:
+            f = first
+        if f is None:
+            return siu.summarize(eqn.src)
+        col = f":{f.start_column}" if f.start_column else ""
+        return f"{f.file_name}:{f.start_line}{col} ({f.function_name})"
     except Exception:  # noqa: BLE001
         return "?"
