@@ -444,12 +444,14 @@ def _updates_as_concatenate(v, eqn, unit, exec_eqns, flat):
     return out
 
 
-# a framework's op wrappers (keras.ops over jax.numpy): the frame that called them is the model's own line
-_WRAPPER_DIRS = ("/keras/src/backend/", "/keras/src/ops/")
+# frameworks' op and layer wrappers (keras.ops over jax.numpy, einops, flax / equinox / haiku layers): the
+# innermost frame outside them is the model's own line
+_WRAPPER_DIRS = ("/keras/src/backend/", "/keras/src/ops/", "/einops/", "/flax/linen/", "/flax/nnx/", "/flax/core/",
+                 "/equinox/", "/haiku/")
 
 
 def source_line(eqn) -> str:
-    """file:line (function) of the user code that made this equation (past keras.ops' wrappers)."""
+    """file:line (function) of the user code that made this equation (past frameworks' wrappers)."""
     from jax._src import source_info_util as siu
     try:
         first = None
