@@ -537,11 +537,13 @@ def gathered_rows_loop_moe(params, x, top_k: int = 2):
     return out[:t]
 
 
-def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False):
+def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False, pick: str = "gate"):
     """Every expert run on every token in a Python loop (slices W[e] of stacked weights, or the separate
     weights of `split_expert_params`), the outputs `jnp.stack`ed to [T, E, D] and combined with the top-k
     gate by `einsum('ted,te->td')` (no add chain). `reverse` stacks them last expert first and reverses the
-    gate's columns to match (same values; not in expert order, a near-miss)."""
+    gate's columns to match (same values; not in expert order, a near-miss). pick="ids": each choice's output
+    picked with one `take_along_axis` over the [T, k] ids, then weighted; pick="column": one take_along_axis per
+    id column `ids[:, j]` (a near-miss)."""
     weights, experts, _ = _router(params, x, top_k)
     if "experts" in params:
         per_expert = params["experts"]
@@ -552,7 +554,25 @@ def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False):
     outs = [(jax.nn.silu(x @ p["w_gate"]) * (x @ p["w_up"])) @ p["w_down"] for p in per_expert]
     if reverse:
         outs, gate = outs[::-1], gate[:, ::-1]
-    return jnp.einsum("ted,te->td", jnp.stack(outs, axis=1), gate)
+    stacked = jnp.stack(outs, axis=1)
+    if pick == "ids":
+        return jnp.sum(jnp.take_along_axis(stacked, experts[..., None], axis=1) * weights[..., None], axis=1)
+    if pick == "column":
+        return sum(jnp.take_along_axis(stacked, experts[:, j, None, None], axis=1)[:, 0] * weights[:, j, None]
+                   for j in range(top_k))
+    return jnp.einsum("ted,te->td", stacked, gate)
+
+
+def switch_per_token_moe(params, x, top_k: int = 2):
+    """Each (token, choice) runs its expert with `lax.switch` under `jax.vmap`: with a batched index JAX evaluates
+    every branch and selects (here, a copy of the chosen expert's weights per token); reported, not rewritten."""
+    weights, experts, _ = _router(params, x, top_k)
+    branches = [(lambda e: lambda xt: (jax.nn.silu(xt @ params["w_gate"][e]) * (xt @ params["w_up"][e]))
+                 @ params["w_down"][e])(e) for e in range(params["w_gate"].shape[0])]
+
+    def token(xt, ids, w):
+        return w @ jax.vmap(lambda i: jax.lax.switch(i, branches, xt))(ids)
+    return jax.vmap(token)(x, experts, weights.astype(x.dtype))
 
 
 def expert_choice_moe(params, x, capacity_factor: float = 1.0, argsort: bool = False, gather: bool = False):

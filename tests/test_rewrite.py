@@ -84,6 +84,8 @@ POSITIVE = [
     ("loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask, "loop"),
     # every expert's output `jnp.stack`ed to [T, E, D], then einsum with the gate (no add chain)
     ("loop_outputs_stacked", M.stacked_outputs_moe, "loop"),
+    # the same stack, each choice's output picked by take_along_axis over the [T, k] ids
+    ("loop_outputs_stacked_picked", partial(M.stacked_outputs_moe, pick="ids"), "loop"),
     # 0-d per-expert scales (a slice of a stacked [E] array, or separate scalar leaves), through a derived scalar
     ("loop_scalar_scale", M.loop_moe_scalar_scales, "loop"),
     # loops JAX keeps rolled (lax.scan / fori_loop over the experts), read as their unrolled iterations
@@ -390,6 +392,10 @@ NEAR_MISSES = [
     ("fori_loop_reversed_weights", partial(M.scan_over_experts_moe, form="reversed_weights"),
      "in a way that is not an expert index"),
     ("gathered_expert_weights", M.gathered_weights_moe, "expert weights gathered per (token, choice)"),
+    # both ran unchanged with no near-miss before session 31
+    ("switch_per_token", M.switch_per_token_moe, "selected per token by the router's ids with select_n"),
+    ("outputs_stacked_picked_per_column", partial(M.stacked_outputs_moe, pick="column"),
+     "picked with a gather per choice column"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
     ("outputs_stacked_last_expert_first", partial(M.stacked_outputs_moe, reverse=True), "per-expert outputs stacked"),
 ]

@@ -87,7 +87,7 @@ class Lit(_Typed):
 class Eqn:
     """kind: prim | unit | alias | scan | remat | cond | while | shard_map | opaque."""
     __slots__ = ("prim", "params", "ins", "outs", "src", "ctx", "kind", "body", "subs", "unit", "id", "effects",
-                 "orig", "unrolled", "iteration")
+                 "orig", "unrolled", "iteration", "callers")
 
     def __init__(self, prim, params, ins, outs, src, ctx, kind="prim"):
         self.prim = prim
@@ -105,6 +105,7 @@ class Eqn:
         self.orig = None  # scan: the jaxpr equation it was translated from (the key for unrolling it)
         self.unrolled = None  # made by unrolling a scan: that scan's `orig`
         self.iteration = None  # ... in its iteration number `iteration`
+        self.callers = ()  # source infos of the inlined calls it sits in, innermost first (see source_line)
 
     @property
     def name(self):
@@ -224,6 +225,8 @@ def _translate(jaxpr, in_atoms, const_atoms, unit, ctx):
             sj = _sub_jaxpr(sub)
             sc = [Lit(c, v.aval) for c, v in zip(getattr(sub, "consts", ()), sj.constvars)]
             e_exec, e_flat, outs = _translate(sj, ins, sc, unit, ctx)
+            for q in e_flat:
+                q.callers += (eqn.source_info,)
             exec_eqns += e_exec
             flat += e_flat
             for ov, a in zip(eqn.outvars, outs):
@@ -451,19 +454,22 @@ _WRAPPER_DIRS = ("/keras/src/backend/", "/keras/src/ops/", "/einops/", "/flax/li
 
 
 def source_line(eqn) -> str:
-    """file:line (function) of the user code that made this equation (past frameworks' wrappers)."""
+    """file:line (function) of the user code that made this equation (past frameworks' wrappers). An equation
+    inside a jitted library function (jnp.take_along_axis) may carry no user frame of its own (JAX traced the
+    function once, elsewhere): then the line that called the function."""
     from jax._src import source_info_util as siu
     try:
         first = None
-        for f in siu.user_frames(eqn.src.traceback):
-            first = first or f
-            if not any(d in f.file_name.replace("\\", "/") for d in _WRAPPER_DIRS):
-                break
-        else:
-            f = first
-        if f is None:
-            return siu.summarize(eqn.src)
-        col = f":{f.start_column}" if f.start_column else ""
-        return f"{f.file_name}:{f.start_line}{col} ({f.function_name})"
+        for src in (eqn.src,) + tuple(eqn.callers):
+            for f in siu.user_frames(src.traceback):
+                first = first or f
+                if not any(d in f.file_name.replace("\\", "/") for d in _WRAPPER_DIRS):
+                    return _frame_line(f)
+        return _frame_line(first) if first is not None else siu.summarize(eqn.src)
     except Exception:  # noqa: BLE001
         return "?"
+
+
+def _frame_line(f) -> str:
+    col = f":{f.start_column}" if f.start_column else ""
+    return f"{f.file_name}:{f.start_line}{col} ({f.function_name})"

@@ -978,11 +978,28 @@ class Analyzer:
                         "the router: `nonzero(ids == e)`, index_add style, or sorted by expert): not rewritten "
                         "(a loop that runs each expert on all tokens under a gate column, the all-experts "
                         "einsum and capacity einsums are)")
+            elif e.name == "select_n" and np.issubdtype(e.ins[0].dtype, np.integer) and e.outs[0].ndim >= 2 \
+                    and (len(e.ins) - 1 in experts or any(d in experts for d in e.outs[0].shape)) \
+                    and self._from_router(e.ins[0]):
+                note(e, "expert weights or outputs selected per token by the router's ids with select_n (what "
+                        "lax.switch over the experts becomes under jax.vmap: a copy of the chosen expert's weights "
+                        "per token, or every expert run on every token): not rewritten (the all-experts einsum "
+                        "weighted by the gate, a loop over the experts, or jnp.take_along_axis over the stacked "
+                        "outputs with the [T, k] ids are)")
+            elif e.name == "gather" and e.ins[0].ndim >= 2 and self._from_router(e.ins[1]) \
+                    and not self._from_router(e.ins[0]) and self._picks_from_stacked_experts(e, experts):
+                note(e, "per-expert outputs stacked, then picked with a gather per choice column (`ids[:, j]`): not "
+                        "rewritten (one jnp.take_along_axis with the whole [T, k] id array is)")
             elif e.name in ("concatenate", "stack") and len(e.ins) in experts and self._stacked_then_gated(e):
                 why = self.stack_misses.get(e, "the stack is not reached from a top_k-sparse combine")
                 note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and combined with the "
                         f"router's gate, but not rewritten: {why} (piece e must be the same computation with "
                         "expert e's weights)")
+
+    def _picks_from_stacked_experts(self, e, experts):
+        """A gather whose operand is a `concatenate` of one piece per expert (jnp.stack of expert outputs)."""
+        q = self.prog.producer.get(e.ins[0]) if isinstance(e.ins[0], Var) else None
+        return q is not None and q.name in ("concatenate", "stack") and len(q.ins) in experts
 
     def _stacked_then_gated(self, e):
         """`jnp.stack` of per-expert values (width-1 pieces along the joined axis, none of them computed from

@@ -82,8 +82,16 @@ def test_sparse_moe_block(name, make, top_k):
     layer.build(x.shape)
     f, w = _functional(layer)
     # outputs: (moe output, router logits); the router logits are an output too and must stay exact
-    C.check_model(f"keras_hub.{type(layer).__name__}[{name}]", f, (w, x), expected_sites=1, family="dense",
-                  E=E, k=top_k, dense_dot_floor=E * T * min(D, F), loss_argnums=(0, 1), seed_=seed)
+    r = C.check_model(f"keras_hub.{type(layer).__name__}[{name}]", f, (w, x), expected_sites=1, family="dense",
+                      E=E, k=top_k, dense_dot_floor=E * T * min(D, F), loss_argnums=(0, 1), seed_=seed)
+    _names_keras_hub_code(r)
+
+
+def _names_keras_hub_code(report):
+    """Each site names keras-hub's MoE block (`...SparseMoeBlock.call`), not the keras.ops wrapper it called
+    (`keras/src/backend/jax/numpy.py ... (sum)` before session 31)."""
+    for s in report.sites:
+        assert "keras_hub/src/models/" in s.source and "MoeBlock" in s.source, s.source
 
 
 def test_mixtral_block_training_mode_with_aux_loss():
@@ -143,8 +151,9 @@ def test_backbone(name, make, n_moe, top_k):
     f, w = _functional(model)
     inputs = _tokens(seed, 64)
     # the dense MLP layer (qwen3 mlp_only_layers) and attention must be left alone: exactly n_moe sites
-    C.check_model(f"keras_hub.{type(model).__name__}[{name}]", f, (w, inputs), expected_sites=n_moe,
-                  family="dense", E=E, k=top_k, dense_dot_floor=E * T * min(D, F), loss_argnums=(0,), seed_=seed)
+    r = C.check_model(f"keras_hub.{type(model).__name__}[{name}]", f, (w, inputs), expected_sites=n_moe,
+                      family="dense", E=E, k=top_k, dense_dot_floor=E * T * min(D, F), loss_argnums=(0,), seed_=seed)
+    _names_keras_hub_code(r)
 
 
 def test_gemma4_backbone_with_moe_block():
