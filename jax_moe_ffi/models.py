@@ -563,6 +563,19 @@ def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False, pick: 
     return jnp.einsum("ted,te->td", stacked, gate)
 
 
+def per_token_scan_moe(params, x, top_k: int = 2):
+    """A lax.scan over the tokens: each step runs the token's k experts, indexing the stacked weights by its ids
+    (one [1, D] x [D, F] product per step); reported, not rewritten."""
+    weights, experts, _ = _router(params, x, top_k)
+
+    def step(carry, row):
+        xt, ids, w = row
+        y = sum(w[j] * ((jax.nn.silu(xt @ params["w_gate"][ids[j]]) * (xt @ params["w_up"][ids[j]]))
+                        @ params["w_down"][ids[j]]) for j in range(top_k))
+        return carry, y
+    return jax.lax.scan(step, None, (x, experts, weights.astype(x.dtype)))[1]
+
+
 def switch_per_token_moe(params, x, top_k: int = 2):
     """Each (token, choice) runs its expert with `lax.switch` under `jax.vmap`: with a batched index JAX evaluates
     every branch and selects (here, a copy of the chosen expert's weights per token); reported, not rewritten."""

@@ -939,8 +939,10 @@ class Analyzer:
         return any(upstream(prog, a, hit, limit) for a in e.ins if isinstance(a, Var))
 
     def _unsupported_forms(self, reported):
-        """Routed MoE written in forms the pass does not rewrite, reported so that they are not silent: a
-        lax.scan / fori_loop over the experts, and expert weights gathered per (token, choice)."""
+        """Routed MoE written in forms the pass does not rewrite, reported so that they are not silent: a loop
+        over the experts (a lax.scan / fori_loop here is also handed to the Plan, which tries it unrolled), a
+        lax.scan over the tokens, expert weights gathered per (token, choice), rows gathered per expert, lax.switch
+        under vmap (select_n by the ids), stacked expert outputs picked per id column or not rewritten."""
         prog = self.prog
         experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
                    for o in e.outs if F.is_topk_indices(o, prog)}
@@ -969,6 +971,12 @@ class Analyzer:
                         self.loop_scans.append(e)  # the Plan reads it unrolled, and amends this note if that fails
                     note(e, "per-expert loop written as lax.scan / lax.fori_loop over stacked expert weights: not "
                             "rewritten")
+                elif stacked and e.kind == "scan" and any(
+                        isinstance(x, Var) and self._from_router(x)
+                        for x in e.ins[e.params["num_consts"] + e.params["num_carry"]:]):
+                    note(e, "per-token loop (lax.scan over the tokens, each step indexing the stacked expert weights "
+                            "by that token's ids): not rewritten (the all-experts einsum weighted by the gate, a loop "
+                            "over the experts, or jax.lax.ragged_dot on rows sorted by expert are)")
             elif e.name == "gather" and e.ins[0].ndim >= 3 and e.ins[0].shape[0] in experts \
                     and self._from_router(e.ins[1]):
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
