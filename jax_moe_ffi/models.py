@@ -576,6 +576,20 @@ def per_token_scan_moe(params, x, top_k: int = 2):
     return jax.lax.scan(step, None, (x, experts, weights.astype(x.dtype)))[1]
 
 
+def cond_skip_loop_moe(params, x, top_k: int = 2):
+    """A Python loop over the experts, each expert under `lax.cond(any(ids == e), ...)` to skip experts no token
+    chose (zeros otherwise); reported, not rewritten."""
+    weights, experts, _ = _router(params, x, top_k)
+    gate = _gate_matrix(weights, experts, params["w_gate"].shape[0], x.dtype)
+    out = jnp.zeros_like(x)
+    for e in range(params["w_gate"].shape[0]):
+        def run(e=e):
+            h = jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])
+            return (h @ params["w_down"][e]) * gate[:, e:e + 1]
+        out = out + jax.lax.cond(jnp.any(experts == e), run, lambda: jnp.zeros_like(x))
+    return out
+
+
 def switch_per_token_moe(params, x, top_k: int = 2):
     """Each (token, choice) runs its expert with `lax.switch` under `jax.vmap`: with a batched index JAX evaluates
     every branch and selects (here, a copy of the chosen expert's weights per token); reported, not rewritten."""

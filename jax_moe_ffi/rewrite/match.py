@@ -977,6 +977,11 @@ class Analyzer:
                     note(e, "per-token loop (lax.scan over the tokens, each step indexing the stacked expert weights "
                             "by that token's ids): not rewritten (the all-experts einsum weighted by the gate, a loop "
                             "over the experts, or jax.lax.ragged_dot on rows sorted by expert are)")
+            elif e.kind == "cond" and isinstance(e.ins[0], Var) and self._from_router(e.ins[0]) \
+                    and any(_has_dot(sub) for sub in e.subs or []):
+                note(e, "an expert's computation under lax.cond on the router's choices (e.g. skipped when no token "
+                        "chose the expert): not rewritten (the same loop or einsum without the cond is; the pass "
+                        "then runs only the chosen (token, expert) pairs anyway)")
             elif e.name == "gather" and e.ins[0].ndim >= 3 and e.ins[0].shape[0] in experts \
                     and self._from_router(e.ins[1]):
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
