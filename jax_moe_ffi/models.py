@@ -578,7 +578,8 @@ def per_token_scan_moe(params, x, top_k: int = 2):
 
 def cond_skip_loop_moe(params, x, top_k: int = 2):
     """A Python loop over the experts, each expert under `lax.cond(any(ids == e), ...)` to skip experts no token
-    chose (zeros otherwise); reported, not rewritten."""
+    chose (zeros otherwise). The gated branch is zero wherever no token chose e, so the pass reads each cond
+    as its branch (checked) and rewrites the loop."""
     weights, experts, _ = _router(params, x, top_k)
     gate = _gate_matrix(weights, experts, params["w_gate"].shape[0], x.dtype)
     out = jnp.zeros_like(x)

@@ -93,6 +93,8 @@ POSITIVE = [
     ("fori_loop_over_experts", partial(M.scan_over_experts_moe, form="fori"), "loop"),
     ("scan_over_experts_reversed", partial(M.scan_over_experts_moe, form="scan_reverse"), "loop"),
     ("scan_fills_expert_columns", partial(M.scan_over_experts_moe, form="fill"), "loop"),
+    # each expert under lax.cond(any(ids == e), gated expert, zeros): read as the branch (checked exact)
+    ("experts_under_cond", M.cond_skip_loop_moe, "loop"),
     ("loop_shared_expert_bias_1xD", M.loop_moe_shared_bias, "loop"),
     ("loop_scalar_scale_separate", partial(M.loop_moe_scalar_scales, separate=True), "loop"),
     ("loop_scalar_scale_on_input", partial(M.loop_moe_scalar_scales, on_input=True), "loop"),
@@ -395,7 +397,6 @@ NEAR_MISSES = [
     # both ran unchanged with no near-miss before session 31
     ("switch_per_token", M.switch_per_token_moe, "selected per token by the router's ids with select_n"),
     ("scan_over_tokens", M.per_token_scan_moe, "per-token loop (lax.scan over the tokens"),
-    ("experts_under_cond", M.cond_skip_loop_moe, "under lax.cond on the router's choices"),
     ("outputs_stacked_picked_per_column", partial(M.stacked_outputs_moe, pick="column"),
      "picked with a gather per choice column"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
@@ -502,7 +503,33 @@ def rolled_lax_map(p, x, batch_size=None):  # lax.map over the stacked weights (
     return jnp.einsum("etd,te->td", ys, gate)
 
 
-ROLLED = [rolled_ys_stacked, rolled_ys_reverse_over_weights, rolled_unroll_2_residual, rolled_lax_map]
+def _cond_loop(p, x, pred_of, column_of, fori=False):
+    w, ids, _ = M._router(p, x, 2)
+    gate = M._gate_matrix(w, ids, E, x.dtype)
+
+    def term(e):
+        return jax.lax.cond(pred_of(ids, e), lambda: _expert_at(p, x, e) * column_of(gate, e),
+                            lambda: jnp.zeros_like(x))
+    if fori:
+        return _fori(p, x, lambda e, a: a + term(e))
+    return sum(term(e) for e in range(E))
+
+
+def rolled_cond_skip(p, x):  # fori_loop whose experts each run under cond(any(ids == e))
+    return _cond_loop(p, x, lambda ids, e: jnp.any(ids == e),
+                      lambda g, e: jax.lax.dynamic_index_in_dim(g, e, 1), fori=True)
+
+
+def cond_skip_other_column(p, x):  # cond on expert e, the branch gated by expert (e + 1)'s column
+    return _cond_loop(p, x, lambda ids, e: jnp.any(ids == e), lambda g, e: g[:, (e + 1) % E][:, None])
+
+
+def cond_skip_half_the_tokens(p, x):  # the predicate looks at the first half of the tokens only
+    return _cond_loop(p, x, lambda ids, e: jnp.any(ids[: T // 2] == e), lambda g, e: g[:, e][:, None])
+
+
+ROLLED = [rolled_ys_stacked, rolled_ys_reverse_over_weights, rolled_unroll_2_residual, rolled_lax_map,
+          rolled_cond_skip]
 ROLLED_NOT_EXPERT_LOOPS = [rolled_next_expert_clamped, rolled_decayed_sum, rolled_fill_skips_a_column,
                            rolled_counter_offset, rolled_gate_rolled_twice]
 
@@ -553,6 +580,22 @@ def test_rolled_expert_loops_any_shape(e, k, t, form, seed):
     # one norm over all leaves: with k = 1 the renormalised gate is 1 and the router's gradient is rounding noise
     flat = [jnp.concatenate([jnp.ravel(a) for a in jax.tree.leaves(g)]) for g in (g1, g0)]
     assert rel(*flat) <= 1e-5, (e, k, t, form, seed, rel(*flat))
+
+
+@pytest.mark.parametrize("fn", [cond_skip_other_column, cond_skip_half_the_tokens],
+                         ids=["other_expert_column", "half_the_tokens"])
+def test_cond_not_zero_when_skipped_stays(fn):
+    """lax.cond(pred, gated expert, zeros) is read as its branch only if the branch is zero whenever pred is
+    false: pred `any(ids == e)` over all the ids and the branch gated by column e. Otherwise the cond
+    matters (here it zeroes an expert's nonzero output) and stays, bitwise as written."""
+    seed = _seed()
+    p, x = _inputs(seed)
+    r = explain(fn, p, x)
+    assert not r.sites, (seed, str(r))
+    assert any("read as its expert branch, not rewritten" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y1 = optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(fn(p, x)))
 
 
 def test_lax_map_over_groups_of_experts_is_a_near_miss():

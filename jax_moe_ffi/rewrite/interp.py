@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
 from jax import lax
 from jax._src import source_info_util as siu
 
@@ -85,38 +86,55 @@ class Plan:
                 if pe is not None and pe.unit is not None and v not in pe.unit.outs:
                     self._expand(pe.unit)
 
-    def _try_unrolled(self, scans):
-        """A lax.scan / fori_loop over the experts, translated again with its iterations unrolled: when the
-        sites then found read the iterations as their experts and no expert GEMM of the loops is left to run,
-        that program is the one rewritten; otherwise the loops stay as written and their near-miss says why."""
-        for e in scans:
-            if e.params["length"] > MAX_UNROLL:
+    def _try_unrolled(self, cands):
+        """Scans / fori_loops over the experts, and conds on the router's choices whose other branch is zeros,
+        translated again: the loops unrolled, the conds as their nonzero branch. That program is the one
+        rewritten when its sites read each loop's iterations as their experts, no expert GEMM of these forms
+        is left to run, and each cond's branch is zero wherever its predicate `any(ids == e)` is false (so the
+        cond is the branch itself); otherwise they stay as written and their near-miss says why."""
+        for e in cands:
+            if e.kind == "scan" and e.params["length"] > MAX_UNROLL:
                 self._amend_scan_miss(e, f"{e.params['length']} iterations, more than the {MAX_UNROLL} the pass "
                                          "unrolls")
-        keys = {e.orig: e for e in scans if e.params["length"] <= MAX_UNROLL}
+        keys = {e.orig: e for e in cands if e.kind == "cond" or e.params["length"] <= MAX_UNROLL}
         if not keys or self.prog.source is None:
             return
-        scans = list(keys.values())
-        prog2 = program_from_closed(*self.prog.source, unroll=frozenset(keys))
-        facts2 = Facts(prog2)
-        an2 = Analyzer(prog2, facts2, self.mode, self.outer_router)
-        sites2, misses2 = an2.run()
+        for _ in range(2):  # a cond inside an unrolled loop is seen (and added) in the second round
+            cands = list(keys.values())
+            prog2 = program_from_closed(*self.prog.source, unroll=frozenset(keys))
+            facts2 = Facts(prog2)
+            an2 = Analyzer(prog2, facts2, self.mode, self.outer_router)
+            sites2, misses2 = an2.run()
+            more = {e.orig: e for e in an2.loop_scans if e.kind == "cond" and e.orig not in keys}
+            if not more:
+                break
+            keys.update(more)
         left = [q for q in _still_evaluated(prog2, sites2) if q.unrolled in keys and q.name == "dot_general"]
         read = [_iterations_read_as_experts(s, prog2, keys) for s in sites2]
-        if not left and None not in read and set().union(*read) == set(keys):
+        loops = {k_ for k_, e in keys.items() if e.kind == "scan"}
+        conds_ok = all(_zero_unless_chosen(an2, pred, outs) for _, pred, outs in prog2.inlined_conds)
+        if not left and None not in read and set().union(*read) == loops and conds_ok:
             self.prog, self.facts, self.sites, self.misses = prog2, facts2, sites2, misses2
             for s in sites2:
-                loops = sorted({q.unrolled for q in s.region + [s.root] if q.unrolled in keys}, key=list(keys).index)
-                for k_ in loops:
+                touched = {q.unrolled for q in s.region + [s.root] if q.unrolled in keys}
+                for k_ in sorted(touched & loops, key=list(keys).index):
                     s.notes.append(f"the lax.scan / fori_loop over the experts at {source_line(keys[k_])} "
                                    f"({keys[k_].params['length']} iterations) is read as the unrolled loop it "
                                    "computes: the same operations in the same order")
+            if prog2.inlined_conds and sites2:
+                sites2[0].notes.append(f"{len(prog2.inlined_conds)} lax.cond(any(ids == e), expert e, zeros) read as "
+                                       "the expert's branch: it is zero wherever no token chose expert e (its gate "
+                                       "column), so the cond only skipped work the rewrite skips anyway")
             return
         src = {source_line(q) for q in prog2.flat if q.unrolled in keys}
         why = [m["reason"] for m in misses2 if m["source"] in src]
-        for e in scans:
-            self._amend_scan_miss(e, "read as its unrolled iterations, it is not a per-expert loop the pass "
-                                     "rewrites" + (f": {why[0]}" if why else ""))
+        if not conds_ok:
+            why = ["a cond's branch is not zero wherever its predicate is false (not `any(ids == e)` on the ids "
+                   "that gate it)"] + why
+        for e in cands:
+            self._amend_scan_miss(e, ("read as its unrolled iterations, it is not a per-expert loop the pass "
+                                      "rewrites" if e.kind == "scan" else "read as its expert branch, not rewritten")
+                                  + (f": {why[0]}" if why else ""))
 
     def _amend_scan_miss(self, e, why):
         src = source_line(e)
@@ -174,12 +192,43 @@ def _iterations_read_as_experts(site, prog, keys):
 
     lists = [st[1] for st in site.stacked.values() if st[0] == "list"]
     out = set()
-    for key in {q.unrolled for q in site.region + [site.root] if q.unrolled in keys}:
+    for key in {q.unrolled for q in site.region + [site.root] if q.unrolled in keys and keys[q.unrolled].kind == "scan"}:
         every = list(range(keys[key].params["length"]))
         if not any([iteration(v, key) for v in vs] == every for vs in lists):
             return None
         out.add(key)
     return out
+
+
+def _zero_unless_chosen(an, pred, outs):
+    """Is every output zero wherever `pred` is false? pred must be `any(ids == e)` over all of the top-k id
+    array `ids` (a literal e), and each output zero unless expert e is among a token's choices (a column
+    constraint of the same ids and e): if no token chose e, every output is zero."""
+    from jax_moe_ffi.rewrite import loops as LP
+    prog = an.prog
+
+    def producer(v, name):
+        q = prog.producer.get(v) if isinstance(v, Var) else None
+        return q if q is not None and q.name == name else None
+
+    q = producer(pred, "convert_element_type")
+    q = producer(q.ins[0], "reduce_or") if q is not None else None
+    if q is None or tuple(sorted(q.params["axes"])) != tuple(range(q.ins[0].ndim)):
+        return False
+    q = producer(q.ins[0], "eq")
+    if q is None:
+        return False
+    ids, lit = (q.ins[0], q.ins[1]) if isinstance(q.ins[1], Lit) else (q.ins[1], q.ins[0])
+    if not isinstance(lit, Lit) or lit.ndim != 0 or not isinstance(ids, Var):
+        return False
+    e = lit.scalar()
+    for v in outs:
+        if isinstance(v, Lit) and not np.any(np.asarray(v.val)):
+            continue
+        col = LP._col(an, v)
+        if col is None or col[0] is not ids or col[1] != e:
+            return False
+    return True
 
 
 def _still_evaluated(prog, sites):

@@ -103,7 +103,7 @@ class Eqn:
         self.id = next(_ids)
         self.effects = False  # has side effects: always evaluated (never dead-code eliminated)
         self.orig = None  # scan: the jaxpr equation it was translated from (the key for unrolling it)
-        self.unrolled = None  # made by unrolling a scan: that scan's `orig`
+        self.unrolled = None  # made by unrolling a scan (or inlining a cond): that scan's (cond's) `orig`
         self.iteration = None  # ... in its iteration number `iteration`
         self.callers = ()  # source infos of the inlined calls it sits in, innermost first (see source_line)
 
@@ -118,6 +118,7 @@ class Eqn:
 class Program:
     def __init__(self, invars, outvars, eqns, flat):
         self.source = None  # (jaxpr, consts) it was translated from: to translate it again, unrolling loops
+        self.inlined_conds = []  # (cond id, predicate, outputs) of the conds translated as their second branch
         self.invars = invars
         self.outvars = outvars
         self.eqns = eqns
@@ -141,14 +142,17 @@ class Program:
 
 def program_from_closed(cj, consts=None, unroll=frozenset()) -> Program:
     """unroll: ids of `scan` equations (anywhere in cj, nested bodies included) to translate as their
-    iterations one after another (see `_unroll_scan`)."""
+    iterations one after another (see `_unroll_scan`), and of two-branch `cond`s whose first branch returns
+    zeros, to translate as their second branch (see `_inline_cond`; the Plan checks that this is exact)."""
     jaxpr = cj.jaxpr if isinstance(cj, jcore.ClosedJaxpr) else cj
     consts = list(cj.consts) if isinstance(cj, jcore.ClosedJaxpr) else list(consts or [])
     invars = [Var(v.aval) for v in jaxpr.invars]
     const_atoms = [Lit(c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
-    exec_eqns, flat, outs = _translate(jaxpr, list(invars), const_atoms, None, _Ctx(unroll))
+    ctx = _Ctx(unroll)
+    exec_eqns, flat, outs = _translate(jaxpr, list(invars), const_atoms, None, ctx)
     prog = Program(invars, outs, exec_eqns, flat)
     prog.source = (jaxpr, consts)
+    prog.inlined_conds = ctx.inlined_conds
     return prog
 
 
@@ -156,10 +160,11 @@ class _Ctx:
     """Translation options: which scans to unroll, and whether scalar integer arithmetic on literals is
     folded (inside an unrolled body, where the loop counter becomes a literal per iteration)."""
 
-    def __init__(self, unroll, fold=None):
+    def __init__(self, unroll, fold=None, inlined_conds=None):
         self.unroll = unroll
         self.fold = fold  # the id of the scan being unrolled, or None
         self.memo = {}  # (jaxpr equation, its inputs) -> outputs: what every iteration computes alike, once
+        self.inlined_conds = [] if inlined_conds is None else inlined_conds  # (cond id, predicate, outputs)
 
 
 def _atom_key(a):
@@ -271,6 +276,12 @@ def _translate(jaxpr, in_atoms, const_atoms, unit, ctx):
                           [ins[0]], [nv], eqn, unit, exec_eqns, flat)
                 start += size
             continue
+        if name == "cond" and id(eqn) in ctx.unroll and zero_first_branch(eqn):
+            outs = _inline_cond(eqn, ins, unit, ctx, exec_eqns, flat)
+            for ov, a in zip(eqn.outvars, outs):
+                if not isinstance(ov, jcore.DropVar):
+                    env[ov] = a
+            continue
         if name == "scan" and id(eqn) in ctx.unroll:
             for ov, a in zip(eqn.outvars, _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat)):
                 if not isinstance(ov, jcore.DropVar):
@@ -315,6 +326,7 @@ def _translate(jaxpr, in_atoms, const_atoms, unit, ctx):
             e.subs = [program_from_closed(params["jaxpr"], [])]
         elif name == "cond":
             e.kind = "cond"
+            e.orig = id(eqn)
             e.subs = [program_from_closed(b) for b in params["branches"]]
         elif name == "while":
             e.kind = "while"
@@ -355,7 +367,7 @@ def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
     bconsts = [Lit(c, v.aval) for c, v in zip(p["jaxpr"].consts, bj.constvars)]
     consts, carry, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])
     made = {o: q for q in flat for o in q.outs}
-    sub = _Ctx(ctx.unroll, fold=id(eqn))
+    sub = _Ctx(ctx.unroll, fold=id(eqn), inlined_conds=ctx.inlined_conds)
     ys = [[None] * length for _ in bj.outvars[nk:]]
     for i in (range(length - 1, -1, -1) if p["reverse"] else range(length)):
         row = []
@@ -399,6 +411,42 @@ def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
         stacked.append(Var(ov.aval))
         _emit(lax.concatenate_p, {"dimension": 0}, rows, [stacked[-1]], eqn, unit, exec_eqns, flat)
     return carry + stacked
+
+
+def zero_first_branch(eqn) -> bool:
+    """A two-branch `cond` (lax.cond(pred, f, g): branches (g, f)) whose first branch returns only zeros."""
+    branches = eqn.params["branches"]
+    if len(branches) != 2:
+        return False
+    bj = branches[0].jaxpr
+    made = {o: q for q in bj.eqns for o in q.outvars}
+    for v in bj.outvars:
+        if isinstance(v, jcore.Literal):
+            if np.any(np.asarray(v.val)):
+                return False
+            continue
+        q = made.get(v)
+        if q is None or q.primitive.name != "broadcast_in_dim" or not isinstance(q.invars[0], jcore.Literal) \
+                or np.any(np.asarray(q.invars[0].val)):
+            return False
+    return True
+
+
+def _inline_cond(eqn, ins, unit, ctx, exec_eqns, flat):
+    """A `cond` whose first branch returns zeros, translated as its second branch, the predicate recorded: the
+    two agree whenever the second branch's value is zero where the predicate is false (e.g. an expert's gated
+    output under `any(ids == e)`), which the Plan checks before it uses this translation."""
+    branch = eqn.params["branches"][1]
+    bconsts = [Lit(c, v.aval) for c, v in zip(branch.consts, branch.jaxpr.constvars)]
+    e_exec, e_flat, outs = _translate(branch.jaxpr, list(ins[1:]), bconsts, unit, ctx)
+    if ctx.fold is None:  # (inside an unrolled loop, its equations belong to the loop's iteration)
+        for q in e_flat:
+            if q.unrolled is None:
+                q.unrolled = id(eqn)
+    exec_eqns += e_exec
+    flat += e_flat
+    ctx.inlined_conds.append((id(eqn), ins[0], outs))
+    return outs
 
 
 def _updates_as_concatenate(v, eqn, unit, exec_eqns, flat):

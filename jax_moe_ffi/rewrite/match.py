@@ -158,7 +158,7 @@ class Analyzer:
         self.misses = []
         self.covered = set()  # eqns inside sites
         self.stack_misses = {}  # stack Eqn -> why a site over its pieces (one per expert) failed
-        self.loop_scans = []  # lax.scan / fori_loop over the experts: the Plan tries them unrolled
+        self.loop_scans = []  # scans / fori_loops over the experts, conds on the router: the Plan tries them again
         self._stack_seen = None
 
     def run(self):
@@ -979,6 +979,8 @@ class Analyzer:
                             "over the experts, or jax.lax.ragged_dot on rows sorted by expert are)")
             elif e.kind == "cond" and isinstance(e.ins[0], Var) and self._from_router(e.ins[0]) \
                     and any(_has_dot(sub) for sub in e.subs or []):
+                if e.orig is not None:
+                    self.loop_scans.append(e)  # the Plan tries it as its second branch (zeros otherwise)
                 note(e, "an expert's computation under lax.cond on the router's choices (e.g. skipped when no token "
                         "chose the expert): not rewritten (the same loop or einsum without the cond is; the pass "
                         "then runs only the chosen (token, expert) pairs anyway)")
