@@ -520,6 +520,20 @@ def rolled_cond_skip(p, x):  # fori_loop whose experts each run under cond(any(i
                       lambda g, e: jax.lax.dynamic_index_in_dim(g, e, 1), fori=True)
 
 
+def cond_skip_gate_outside(p, x):  # cond(any(ids == e), expert e, zeros) * gate column e, in a Python loop
+    w, ids, _ = M._router(p, x, 2)
+    gate = M._gate_matrix(w, ids, E, x.dtype)
+    return sum(jax.lax.cond(jnp.any(ids == e), lambda e=e: _expert_at(p, x, e), lambda: jnp.zeros_like(x))
+               * gate[:, e:e + 1] for e in range(E))
+
+
+def cond_skip_gate_outside_half(p, x):  # the same with the predicate on the first half of the tokens
+    w, ids, _ = M._router(p, x, 2)
+    gate = M._gate_matrix(w, ids, E, x.dtype)
+    return sum(jax.lax.cond(jnp.any(ids[: T // 2] == e), lambda e=e: _expert_at(p, x, e), lambda: jnp.zeros_like(x))
+               * gate[:, e:e + 1] for e in range(E))
+
+
 def cond_skip_other_column(p, x):  # cond on expert e, the branch gated by expert (e + 1)'s column
     return _cond_loop(p, x, lambda ids, e: jnp.any(ids == e), lambda g, e: g[:, (e + 1) % E][:, None])
 
@@ -529,7 +543,7 @@ def cond_skip_half_the_tokens(p, x):  # the predicate looks at the first half of
 
 
 ROLLED = [rolled_ys_stacked, rolled_ys_reverse_over_weights, rolled_unroll_2_residual, rolled_lax_map,
-          rolled_cond_skip]
+          rolled_cond_skip, cond_skip_gate_outside]
 ROLLED_NOT_EXPERT_LOOPS = [rolled_next_expert_clamped, rolled_decayed_sum, rolled_fill_skips_a_column,
                            rolled_counter_offset, rolled_gate_rolled_twice]
 
@@ -545,7 +559,8 @@ def test_rolled_loops_read_unrolled(fn):
     r = explain(fn, p, x)
     if fn in ROLLED:
         assert [s.family for s in r.sites] == ["loop"], (seed, str(r))
-        assert any("read as the unrolled loop it computes" in n for n in r.sites[0].notes)
+        assert any("read as the unrolled loop it computes" in n or "read as the expert's branch" in n
+                   for n in r.sites[0].notes), r.sites[0].notes
         assert rel(jax.jit(optimize(fn))(p, x), fn(p, x)) <= TOL, seed
 
         def loss(f):
@@ -582,8 +597,8 @@ def test_rolled_expert_loops_any_shape(e, k, t, form, seed):
     assert rel(*flat) <= 1e-5, (e, k, t, form, seed, rel(*flat))
 
 
-@pytest.mark.parametrize("fn", [cond_skip_other_column, cond_skip_half_the_tokens],
-                         ids=["other_expert_column", "half_the_tokens"])
+@pytest.mark.parametrize("fn", [cond_skip_other_column, cond_skip_half_the_tokens, cond_skip_gate_outside_half],
+                         ids=["other_expert_column", "half_the_tokens", "gate_outside_half_the_tokens"])
 def test_cond_not_zero_when_skipped_stays(fn):
     """lax.cond(pred, gated expert, zeros) is read as its branch only if the branch is zero whenever pred is
     false: pred `any(ids == e)` over all the ids and the branch gated by column e. Otherwise the cond

@@ -201,9 +201,10 @@ def _iterations_read_as_experts(site, prog, keys):
 
 
 def _zero_unless_chosen(an, pred, outs):
-    """Is every output zero wherever `pred` is false? pred must be `any(ids == e)` over all of the top-k id
-    array `ids` (a literal e), and each output zero unless expert e is among a token's choices (a column
-    constraint of the same ids and e): if no token chose e, every output is zero."""
+    """Can each output stand for the cond's (zero) value wherever `pred` is false? pred must be `any(ids == e)`
+    over all of the top-k id array `ids` (a literal e), and each output zero unless expert e is among a token's
+    choices (a column constraint of the same ids and e), or only used multiplied by such a value (the gate
+    column applied after the cond): if no token chose e, the cond's zeros and the branch give the same."""
     from jax_moe_ffi.rewrite import loops as LP
     prog = an.prog
 
@@ -222,11 +223,20 @@ def _zero_unless_chosen(an, pred, outs):
     if not isinstance(lit, Lit) or lit.ndim != 0 or not isinstance(ids, Var):
         return False
     e = lit.scalar()
+
+    def zero_unless_chosen(v):
+        col = LP._col(an, v)
+        return col is not None and col[0] is ids and col[1] == e
+
     for v in outs:
         if isinstance(v, Lit) and not np.any(np.asarray(v.val)):
             continue
-        col = LP._col(an, v)
-        if col is None or col[0] is not ids or col[1] != e:
+        # the branch is zero, or every use multiplies it into such a value (the gate column applied after the
+        # cond): then the product is zero for the branch, as it is for the cond's zeros (times a finite gate)
+        if zero_unless_chosen(v):
+            continue
+        uses = prog.uses(v)
+        if prog.is_output(v) or not uses or not all(u.name == "mul" and zero_unless_chosen(u.outs[0]) for u in uses):
             return False
     return True
 
