@@ -534,6 +534,16 @@ def cond_skip_gate_outside_half(p, x):  # the same with the predicate on the fir
                * gate[:, e:e + 1] for e in range(E))
 
 
+def cond_skip_with_print(p, x):  # as experts_under_cond, but the branch prints (a side effect the cond gates)
+    w, ids, _ = M._router(p, x, 2)
+    gate = M._gate_matrix(w, ids, E, x.dtype)
+
+    def branch(e):
+        jax.debug.callback(lambda: None)
+        return _expert_at(p, x, e) * gate[:, e:e + 1]
+    return sum(jax.lax.cond(jnp.any(ids == e), partial(branch, e), lambda: jnp.zeros_like(x)) for e in range(E))
+
+
 def cond_skip_other_column(p, x):  # cond on expert e, the branch gated by expert (e + 1)'s column
     return _cond_loop(p, x, lambda ids, e: jnp.any(ids == e), lambda g, e: g[:, (e + 1) % E][:, None])
 
@@ -597,17 +607,20 @@ def test_rolled_expert_loops_any_shape(e, k, t, form, seed):
     assert rel(*flat) <= 1e-5, (e, k, t, form, seed, rel(*flat))
 
 
-@pytest.mark.parametrize("fn", [cond_skip_other_column, cond_skip_half_the_tokens, cond_skip_gate_outside_half],
-                         ids=["other_expert_column", "half_the_tokens", "gate_outside_half_the_tokens"])
+@pytest.mark.parametrize("fn", [cond_skip_other_column, cond_skip_half_the_tokens, cond_skip_gate_outside_half,
+                                cond_skip_with_print],
+                         ids=["other_expert_column", "half_the_tokens", "gate_outside_half_the_tokens",
+                              "branch_with_side_effect"])
 def test_cond_not_zero_when_skipped_stays(fn):
     """lax.cond(pred, gated expert, zeros) is read as its branch only if the branch is zero whenever pred is
     false: pred `any(ids == e)` over all the ids and the branch gated by column e. Otherwise the cond
-    matters (here it zeroes an expert's nonzero output) and stays, bitwise as written."""
+    matters (here it zeroes an expert's nonzero output, or gates a side effect) and stays, bitwise as written."""
     seed = _seed()
     p, x = _inputs(seed)
     r = explain(fn, p, x)
     assert not r.sites, (seed, str(r))
-    assert any("read as its expert branch, not rewritten" in m.reason for m in r.misses), str(r)
+    assert any("read as its expert branch, not rewritten" in m.reason or "not read as its expert branch: its first "
+               "branch is not zeros, or the second has side effects" in m.reason for m in r.misses), str(r)
     with pytest.warns(RuntimeWarning, match="no MoE site"):
         y1 = optimize(fn)(p, x)
     np.testing.assert_array_equal(np.asarray(y1), np.asarray(fn(p, x)))

@@ -113,7 +113,9 @@ class Plan:
         read = [_iterations_read_as_experts(s, prog2, keys) for s in sites2]
         loops = {k_ for k_, e in keys.items() if e.kind == "scan"}
         conds_ok = all(_zero_unless_chosen(an2, pred, outs) for _, pred, outs in prog2.inlined_conds)
-        if not left and None not in read and set().union(*read) == loops and conds_ok:
+        inlined = {cid for cid, _, _ in prog2.inlined_conds}
+        if sites2 and not left and None not in read and set().union(*read) == loops and conds_ok \
+                and set(keys) - loops <= inlined:
             self.prog, self.facts, self.sites, self.misses = prog2, facts2, sites2, misses2
             for s in sites2:
                 touched = {q.unrolled for q in s.region + [s.root] if q.unrolled in keys}
@@ -132,6 +134,10 @@ class Plan:
             why = ["a cond's branch is not zero wherever its predicate is false (not `any(ids == e)` on the ids "
                    "that gate it)"] + why
         for e in cands:
+            if e.kind == "cond" and e.orig not in inlined:
+                self._amend_scan_miss(e, "not read as its expert branch: its first branch is not zeros, or the "
+                                         "second has side effects")
+                continue
             self._amend_scan_miss(e, ("read as its unrolled iterations, it is not a per-expert loop the pass "
                                       "rewrites" if e.kind == "scan" else "read as its expert branch, not rewritten")
                                   + (f": {why[0]}" if why else ""))
@@ -192,7 +198,8 @@ def _iterations_read_as_experts(site, prog, keys):
 
     lists = [st[1] for st in site.stacked.values() if st[0] == "list"]
     out = set()
-    for key in {q.unrolled for q in site.region + [site.root] if q.unrolled in keys and keys[q.unrolled].kind == "scan"}:
+    loops = {k_ for k_, e in keys.items() if e.kind == "scan"}
+    for key in {q.unrolled for q in site.region + [site.root]} & loops:
         every = list(range(keys[key].params["length"]))
         if not any([iteration(v, key) for v in vs] == every for vs in lists):
             return None

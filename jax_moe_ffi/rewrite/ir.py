@@ -414,9 +414,10 @@ def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
 
 
 def zero_first_branch(eqn) -> bool:
-    """A two-branch `cond` (lax.cond(pred, f, g): branches (g, f)) whose first branch returns only zeros."""
+    """A two-branch `cond` (lax.cond(pred, f, g): branches (g, f)) whose first branch returns only zeros, and
+    whose second has no side effects (read as that branch, it runs whatever the predicate)."""
     branches = eqn.params["branches"]
-    if len(branches) != 2:
+    if len(branches) != 2 or branches[1].effects or eqn.effects:
         return False
     bj = branches[0].jaxpr
     made = {o: q for q in bj.eqns for o in q.outvars}
