@@ -558,7 +558,8 @@ ROLLED_NOT_EXPERT_LOOPS = [rolled_next_expert_clamped, rolled_decayed_sum, rolle
                            rolled_counter_offset, rolled_gate_rolled_twice]
 
 
-@pytest.mark.parametrize("fn", ROLLED + ROLLED_NOT_EXPERT_LOOPS, ids=[f.__name__ for f in ROLLED + ROLLED_NOT_EXPERT_LOOPS])
+@pytest.mark.parametrize("fn", ROLLED + ROLLED_NOT_EXPERT_LOOPS,
+                         ids=[f.__name__ for f in ROLLED + ROLLED_NOT_EXPERT_LOOPS])
 def test_rolled_loops_read_unrolled(fn):
     """A scan / fori_loop over the experts is translated again as its iterations (the counter folded to a
     literal per iteration, dynamic_slice to slice, loop-invariant code made once, a buffer filled column by
