@@ -941,8 +941,9 @@ class Analyzer:
     def _unsupported_forms(self, reported):
         """Routed MoE written in forms the pass does not rewrite, reported so that they are not silent: a loop
         over the experts (a lax.scan / fori_loop here is also handed to the Plan, which tries it unrolled), a
-        lax.scan over the tokens, expert weights gathered per (token, choice), rows gathered per expert, lax.switch
-        under vmap (select_n by the ids), stacked expert outputs picked per id column or not rewritten."""
+        lax.scan over the tokens, a cond on the router's choices (also handed to the Plan), expert weights gathered
+        per (token, choice), rows gathered per expert, lax.switch under vmap (select_n by the ids), and stacked
+        per-expert outputs picked per id column, or gated but not rewritten."""
         prog = self.prog
         experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
                    for o in e.outs if F.is_topk_indices(o, prog)}
