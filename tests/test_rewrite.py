@@ -794,10 +794,15 @@ def test_bfloat16():
     assert rel(yb.astype(jnp.float32), ref.astype(jnp.float32)) <= 1e-2, seed
 
 
-# forms first rewritten in session 30 (CPU only then): in bf16, and on the H200 with the CUDA kernels
-SESSION30_FORMS = [("llama4_scattered_logits_on_input", M.dense_moe_scattered_logits),
-                   ("loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask),
-                   ("loop_outputs_stacked", M.stacked_outputs_moe)]
+# forms first rewritten in sessions without a device (CPU only then): in bf16 here, and on the H200 with the CUDA
+# kernels (ids carry the session, e.g. -k "session31")
+NEW_FORMS = [("session30", "llama4_scattered_logits_on_input", M.dense_moe_scattered_logits),
+             ("session30", "loop_reciprocal_mask_split", M.loop_moe_reciprocal_mask),
+             ("session30", "loop_outputs_stacked", M.stacked_outputs_moe),
+             # loops over the experts that JAX keeps rolled
+             ("session31", "fori_loop_over_experts", partial(M.scan_over_experts_moe, form="fori")),
+             ("session31", "scan_fills_expert_columns", partial(M.scan_over_experts_moe, form="fill"))]
+NEW_FORM_IDS = [f"{c[0]}_{c[1]}" for c in NEW_FORMS]
 
 
 def _check_bf16_form(fn):
@@ -814,30 +819,14 @@ def _check_bf16_form(fn):
     assert f'custom_call_target="{GG}"' in of.lower(pb, xb).compile().as_text()
 
 
-@pytest.mark.parametrize("name,fn", SESSION30_FORMS, ids=[c[0] for c in SESSION30_FORMS])
-def test_session30_forms_in_bf16(name, fn):
+@pytest.mark.parametrize("session,name,fn", NEW_FORMS, ids=NEW_FORM_IDS)
+def test_new_forms_in_bf16(session, name, fn):
     _check_bf16_form(fn)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,fn", SESSION30_FORMS, ids=[c[0] for c in SESSION30_FORMS])
-def test_gpu_session30_forms_run_the_cuda_kernels(name, fn):
-    _check_bf16_form(fn)
-
-
-# forms first rewritten in session 31 (CPU only then): loops over the experts that JAX keeps rolled
-SESSION31_FORMS = [("fori_loop_over_experts", partial(M.scan_over_experts_moe, form="fori")),
-                   ("scan_fills_expert_columns", partial(M.scan_over_experts_moe, form="fill"))]
-
-
-@pytest.mark.parametrize("name,fn", SESSION31_FORMS, ids=[c[0] for c in SESSION31_FORMS])
-def test_session31_forms_in_bf16(name, fn):
-    _check_bf16_form(fn)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,fn", SESSION31_FORMS, ids=[c[0] for c in SESSION31_FORMS])
-def test_gpu_session31_forms_run_the_cuda_kernels(name, fn):
+@pytest.mark.parametrize("session,name,fn", NEW_FORMS, ids=NEW_FORM_IDS)
+def test_gpu_new_forms_run_the_cuda_kernels(session, name, fn):
     _check_bf16_form(fn)
 
 
