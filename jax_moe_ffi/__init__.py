@@ -9,7 +9,7 @@ _registry.register_all()
 from jax_moe_ffi.ops.grouped_gemm import (  # noqa: E402
     grouped_matmul, grouped_matmul_acc, grouped_matmul_wgrad, grouped_matmuls_shared_lhs)
 from jax_moe_ffi.ops.grouped_gemm_fp8 import Fp8Weights, quantize_weights  # noqa: E402
-from jax_moe_ffi.ops.dispatch import MoeRouting, moe_combine, moe_dispatch  # noqa: E402
+from jax_moe_ffi.ops.dispatch import MoeRouting, moe_combine, moe_dispatch, moe_dispatch_rows  # noqa: E402
 from jax_moe_ffi.ops.ep import EpRouting, ep_combine, ep_dispatch  # noqa: E402
 from jax_moe_ffi.ops.topk import top_k  # noqa: E402
 from jax_moe_ffi.ops.quantize import (  # noqa: E402
@@ -23,7 +23,7 @@ from jax_moe_ffi.export import export_disabled_checks  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = ["grouped_matmul", "grouped_matmul_wgrad", "grouped_matmul_acc", "grouped_matmuls_shared_lhs",
-           "quantize_weights", "Fp8Weights", "moe_dispatch", "moe_combine", "MoeRouting",
+           "quantize_weights", "Fp8Weights", "moe_dispatch", "moe_dispatch_rows", "moe_combine", "MoeRouting",
            "ep_dispatch", "ep_combine", "EpRouting", "top_k",
            "QuantizedArray", "quantize", "quantize_tiles_transposed", "quantize_groups_transposed", "dequantize",
            "to_swizzled_scales", "from_swizzled_scales",

@@ -513,7 +513,8 @@ def _index0(a, i):
 
 def gathered_weights_moe(params, x, top_k: int = 2):
     """Routed MoE that gathers each (token, choice)'s expert weights (`w[idx]`: [T, k, D, F]) and contracts
-    per token: a form the pass reports and does not rewrite."""
+    per token (EasyDeL's DENSE_MOE path is written so): the pass runs each such dot as a grouped GEMM of the
+    rows sorted by expert (family 6), without the weight copy."""
     weights, experts, _ = _router(params, x, top_k)
     wg, wu, wd = (params[n][experts] for n in ("w_gate", "w_up", "w_down"))
     h = jax.nn.silu(jnp.einsum("td,tkdf->tkf", x, wg)) * jnp.einsum("td,tkdf->tkf", x, wu)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import jax_moe_ffi as jmf
 from jax_moe_ffi import reference as ref
-from jax_moe_ffi.ops.dispatch import MoeRouting, dispatch_num_rows
+from jax_moe_ffi.ops.dispatch import MoeRouting, dispatch_num_rows, moe_routing
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 TOL = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}
@@ -564,6 +564,48 @@ def test_bad_combine_inputs():
         jmf.moe_combine(rows, (routing.pos, routing.row_pair), w)
     with pytest.raises(TypeError, match="`num_experts`"):
         jax.jit(lambda n: jmf.moe_dispatch(x, jnp.zeros((5, 2), jnp.int32), n))(4)
+
+
+@settings(deadline=None, max_examples=25)
+@given(st.integers(1, 20), st.integers(1, 4), st.integers(1, 7), st.integers(1, 9), st.booleans(),
+       st.integers(0, 2**31 - 1))
+def test_dispatch_rows_of_a_regrouped_routing(t, k, e, d, bad, seed):
+    """One routing of the T*k pairs made once with one choice per row, seen again with k choices per token
+    (MoeRouting.regroup), moves x [T, D] exactly as moe_dispatch(x, ids [T, k]) does; the un-weighted combine of
+    the one-choice routing un-sorts each pair's row."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-1 if bad else 0, e + (1 if bad else 0), (t, k)).astype(np.int32)
+    x = jnp.asarray(rng.standard_normal((t, d)), jnp.float32)
+    rows, gs, want = jmf.moe_dispatch(x, jnp.asarray(ids), e)
+    flat = moe_routing(jnp.asarray(ids.reshape(t * k, 1)), e)
+    routing = flat.regroup(k)
+    np.testing.assert_array_equal(np.asarray(routing.pos), np.asarray(want.pos))
+    np.testing.assert_array_equal(np.asarray(routing.row_pair), np.asarray(want.row_pair))
+    np.testing.assert_array_equal(np.asarray(routing.group_sizes), np.asarray(gs))
+    got = jmf.moe_dispatch_rows(x, routing)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(rows))
+    y = np.asarray(jmf.moe_combine(got * 2.0, flat, None)).reshape(t, k, d)
+    xk = np.broadcast_to(np.asarray(x)[:, None, :], (t, k, d)) * 2.0
+    kept = ((ids >= 0) & (ids < e))[..., None]
+    np.testing.assert_array_equal(y, np.where(kept, xk, 0.0))
+    # the backward of the dispatch by a routing is the un-weighted combine: each token sums its kept rows' cotangents
+    ct = jnp.asarray(rng.standard_normal(rows.shape), jnp.float32)
+    gx = jax.grad(lambda v: jnp.sum(jmf.moe_dispatch_rows(v, routing) * ct))(x)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(jmf.moe_combine(ct, routing, None)), rtol=1e-6)
+
+
+def test_bad_dispatch_rows_and_regroup_inputs():
+    x = jnp.ones((6, 3), jnp.float32)
+    _, _, routing = jmf.moe_dispatch(x, jnp.zeros((6, 2), jnp.int32), 4)
+    with pytest.raises(ValueError, match="`x`.*T = 6"):
+        jmf.moe_dispatch_rows(jnp.ones((5, 3)), routing)
+    with pytest.raises(TypeError, match="`x`"):
+        jmf.moe_dispatch_rows(x.astype(jnp.int32), routing)
+    with pytest.raises(TypeError, match="`routing`"):
+        jmf.moe_dispatch_rows(x, (routing.pos, routing.row_pair))
+    with pytest.raises(ValueError, match="top_k=5 must divide the 12"):
+        routing.regroup(5)
+    assert routing.regroup(4).pos.shape == (3, 4) and routing.regroup(1).top_k == 1
 
 
 # ------------------------------------------------------------------------------------------ GPU

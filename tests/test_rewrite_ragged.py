@@ -86,6 +86,26 @@ def test_wgrad_form_and_bf16_with_f32_output():
     assert len(r.sites) == 1 and r.sites[0].family == "ragged" and "wgrad" in r.sites[0].notes[0]
 
 
+def test_float32_operands_with_a_bf16_output():
+    """EasyDeL's STANDARD_MOE path: float32 rows and weights, preferred_element_type bfloat16. XLA accumulates in
+    float32 and rounds once; the swap does the same (float32 GEMM, one rounding)."""
+    rng = np.random.default_rng(9)
+    m, k, n, g = 64, 32, 48, 5
+    gs = sizes(rng, m, g, m - 4)
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+    f = lambda x, w: jax.lax.ragged_dot(x, w, gs, preferred_element_type=jnp.bfloat16)
+    fast = jmf.optimize(f)
+    out = fast(x, w)
+    assert out.dtype == jnp.bfloat16
+    exact = jax.lax.ragged_dot(x, w, gs, preferred_element_type=jnp.float32)
+    assert rel(out, exact) < 2 ** -8 and rel(out, f(x, w)) < 2 ** -8
+    assert custom_calls(fast, x, w)["jax_moe_ffi_grouped_gemm"] == 1
+    g1 = jax.grad(lambda *a: jnp.sum(fast(*a).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    g0 = jax.grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    assert all(rel(a, b) < 1e-2 for a, b in zip(g1, g0))
+
+
 def test_inside_scan_and_checkpoint():
     rng = np.random.default_rng(4)
     m, k, n, g, layers = 32, 8, 16, 4, 3

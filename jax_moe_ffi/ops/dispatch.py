@@ -91,6 +91,15 @@ class MoeRouting:
     def num_experts(self) -> int:
         return self.counts.shape[0]
 
+    def regroup(self, top_k: int) -> "MoeRouting":
+        """The same routing seen as [T * k / top_k, top_k] pairs: pairs are numbered t * k + j, so any split of
+        that flat index into (token, choice) names the same rows (e.g. k choices of T tokens, or T * k
+        one-choice rows)."""
+        pairs = self.pos.size
+        if top_k < 1 or pairs % top_k:
+            raise ValueError(f"MoeRouting.regroup: top_k={top_k} must divide the {pairs} (token, choice) pairs")
+        return dataclasses.replace(self, pos=self.pos.reshape(pairs // top_k, top_k))
+
     @property
     def kept(self) -> jax.Array:
         """[T, k] bool: which pairs were dispatched."""
@@ -369,6 +378,21 @@ def moe_dispatch(x, expert_ids, num_experts: int, *, capacity: int | None = None
     routing = moe_routing(expert_ids, num_experts, capacity=capacity, keep=keep, align=align)
     rows = _dispatch_rows(x, routing)
     return rows, routing.group_sizes, routing
+
+
+def moe_dispatch_rows(x, routing: MoeRouting):
+    """The rows of `x[T, D]` for a routing made earlier (`moe_routing`, `moe_dispatch`): what `moe_dispatch`
+    returns as rows, without planning again -- e.g. a second activation sent where the tokens went, or the same
+    routing seen with another k (`MoeRouting.regroup`). Its backward is the un-weighted combine."""
+    op = "moe_dispatch_rows"
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"{op}: `routing` must be a MoeRouting (moe_routing / moe_dispatch), got {type(routing).__name__}")
+    x = jnp.asarray(x)
+    c.check_rank(op, "x", x, 2, "[T, D]")
+    c.check_float(op, "x", x)
+    if x.shape[0] != routing.num_tokens:
+        raise ValueError(f"{op}: `x` {tuple(x.shape)} must have the routing's T = {routing.num_tokens} tokens")
+    return _dispatch_rows(x, routing)
 
 
 def moe_combine(rows, routing: MoeRouting, weights):

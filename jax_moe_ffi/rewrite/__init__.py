@@ -231,6 +231,21 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                 notes=[f"jax.lax.ragged_dot ({m}) -> " + ("grouped_matmul_wgrad" if m == "wgrad" else
                        "grouped_matmul" + (", transpose_rhs" if m == "fwd_t" else "")) +
                        ": same FLOPs; XLA's GPU ragged_dot is a dense masked dot"]))
+    from jax_moe_ffi.rewrite import gathered as GD
+    for p in plan.all_plans():
+        for e, g in p.gathered.items():
+            fl, kk, nn = g.flops()
+            item = np.dtype(g.w.dtype).itemsize
+            copy = g.rows * kk * nn * item  # the [*B, K, N] weight copy the naive form makes
+            sites.append(SiteReport(
+                family=GD.FAMILY, E=g.w.shape[0], k=None, capacity=None, tokens=g.B,
+                shapes={"gemms": [((g.rows, kk), tuple(g.w.shape))]}, source=source_line(e), path=p.path,
+                flops_before=fl, flops_after=fl, bytes_before=copy,
+                bytes_after=max(int(np.prod(g.w.shape)), g.rows * max(kk, nn)) * item,
+                notes=[f"expert weights gathered per (token, choice) at {source_line(g.gather)} -> rows sorted by "
+                       f"expert, grouped_matmul{', transpose_rhs' if g.transpose_rhs else ''}, un-sorted: the "
+                       f"{'x'.join(map(str, g.B + (kk, nn)))} weight copy ({copy / 2**20:.1f} MiB) is not made"
+                       + ("; ids clamped into [0, E) as the gather clamps them" if g.clip else "")]))
     misses = [MissReport(reason=m["reason"], source=m["source"], op=m["op"], shapes=m["shapes"],
                          path=m.get("path", ""), at=m.get("at")) for m in plan.all_misses()]
     notes = []

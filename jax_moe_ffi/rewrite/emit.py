@@ -86,6 +86,22 @@ def route(ids, num_experts, keep=None, x=None):
     return rows, Routing(row_pair, gs, pos, k)
 
 
+def regroup(routing, k):
+    """The routing seen with k choices per token (pairs are flat indices t * k + j: the same rows)."""
+    native = routing.native.regroup(k) if routing.native is not None else None
+    return Routing(routing.row_pair, routing.group_sizes, routing.pos.reshape(-1, k), k, native=native)
+
+
+def dispatch_rows(x, routing):
+    """rows[r] = x[token of row r] (zero for unused rows): the dispatch of x [T, D] by an existing routing."""
+    d = _ops()
+    if d is not None and routing.native is not None and np.dtype(x.dtype) in (
+            np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16)):
+        return d.moe_dispatch_rows(x, routing.native)
+    src = jnp.maximum(routing.row_pair, 0) // routing.k
+    return jnp.where((routing.row_pair >= 0)[:, None], x[src], jnp.zeros((), x.dtype))
+
+
 def combine(rows, routing, weights):
     """y[t] = sum_j w[t, j] * rows[pos[t, j]] over kept pairs; rows' dtype. weights=None: the plain sum (the
     weights were folded into the rows already)."""

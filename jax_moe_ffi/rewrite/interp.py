@@ -17,11 +17,12 @@ from jax._src import source_info_util as siu
 
 from jax_moe_ffi.ops import topk as TK
 from jax_moe_ffi.rewrite import emit as EM
+from jax_moe_ffi.rewrite import gathered as GD
 from jax_moe_ffi.rewrite import ragged as RG
 from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.facts import Facts
 from jax_moe_ffi.rewrite.ir import MAX_UNROLL, Lit, Var, program_from_closed, source_line
-from jax_moe_ffi.rewrite.match import Analyzer
+from jax_moe_ffi.rewrite.match import Analyzer, upstream
 
 
 class Plan:
@@ -53,6 +54,7 @@ class Plan:
                 else:
                     self.misses.append({"reason": why, "source": source_line(e), "op": e.name, "at": None,
                                         "shapes": [tuple(v.shape) for v in e.ins], "path": path})
+        self.gathered = {} if in_unit else self._gathered_dots()
         self.subplans = {}
         routed = outer_router or any(F.is_router_eqn(e, prog) for e in prog.flat)
         for e in prog.flat:
@@ -142,6 +144,49 @@ class Plan:
                                       "rewrites" if e.kind == "scan" else "read as its expert branch, not rewritten")
                                   + (f": {why[0]}" if why else ""))
 
+    def _gathered_dots(self):
+        """Family (6): dot_generals of expert weights gathered per (token, choice) by the router's ids, swapped
+        for a grouped matmul of the rows sorted by expert. The gather's near-miss (match._unsupported_forms) is
+        dropped when every use of the gathered copy is swapped, and says why where one is not."""
+        prog = self.prog
+        experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
+                   for o in e.outs if F.is_topk_indices(o, prog)}
+        if not experts:
+            return {}
+        covered = {q for s in self.sites for q in s.region + [s.root]}
+
+        def from_router(v):
+            return upstream(prog, v, lambda x, e: F.is_topk_indices(x, prog), 200)
+
+        out, why = {}, {}
+        for e in prog.eqns:
+            if e.kind != "prim" or e in covered:
+                continue
+            r = GD.classify(e, prog, from_router, experts)
+            if r is None:
+                continue
+            g, reason, q = r
+            if g is not None:
+                out[e] = g
+            else:
+                why.setdefault(q, reason)
+        # a swapped dot is no near-miss of another family either (e.g. a [T, k, K, N] copy whose sizes happen to
+        # match the router's E reads as expert-stacked)
+        swapped_src = {source_line(e) for e in out}
+        kept_src = {source_line(e) for e in prog.flat if e.name == "dot_general" and e not in out}
+        self.misses = [m for m in self.misses if not (m["op"] == "dot_general" and m["source"] in swapped_src
+                                                      and m["source"] not in kept_src)]
+        for q in {g.gather for g in out.values()} | set(why):
+            src = source_line(q)
+            swapped = all(u in out for u in prog.uses(q.outs[0])) and q not in why
+            for m in list(self.misses):
+                if m["op"] == "gather" and m["source"] == src:
+                    if swapped:
+                        self.misses.remove(m)
+                    elif q in why:
+                        m["reason"] = why[q]
+        return out
+
     def _amend_scan_miss(self, e, why):
         src = source_line(e)
         for m in self.misses:
@@ -157,7 +202,8 @@ class Plan:
         return site_requires(s)
 
     def has_sites(self):
-        return bool(self.sites or self.ragged) or any(p.has_sites() for ps in self.subplans.values() for p in ps)
+        return bool(self.sites or self.ragged or self.gathered) or \
+            any(p.has_sites() for ps in self.subplans.values() for p in ps)
 
     def all_plans(self):
         """This plan and its sub-plans (scan / remat / cond bodies), depth first."""
@@ -303,7 +349,8 @@ def schedule(plan):
         if not any(o in needed for o in produces) and not (s is None and node.effects):
             continue
         marked.append(node)
-        req = plan.site_requires(s) if s is not None else node.ins
+        req = plan.site_requires(s) if s is not None else \
+            plan.gathered[node].requires() if node in plan.gathered else node.ins
         needed.update(x for x in req if isinstance(x, Var))
     return list(reversed(marked))
 
@@ -332,6 +379,7 @@ def run(plan, args, fp8_weights=None):
     order = schedule(plan)
     branches = side_branches(plan, order) if plan.options.get("streams") else {}
     on_branch = {n for b in branches.values() for n in b}
+    gathered = GD.Emitter(plan.options.get("recipe"))
     for node in order:
         s = plan.site_at.get(node)
         if s is not None:
@@ -342,6 +390,9 @@ def run(plan, args, fp8_weights=None):
             continue
         if node in on_branch:
             continue  # evaluated on its stream, with its site
+        if node in plan.gathered:  # reads the weights and ids, not the gathered copy
+            env[node.outs[0]] = gathered.emit(plan.gathered[node], read)
+            continue
         vals = [read(x) for x in node.ins]
         subs = plan.subplans.get(node)
         if node in plan.ragged:
@@ -363,7 +414,7 @@ def router_topk(plan, node) -> bool:
     kernel takes (in practice the routers'; any other top_k there is swapped too, which is harmless). The kernel
     gives lax.top_k's values and indices bitwise (ops/topk.py), so the routing is unchanged, where XLA would
     sort every row of a router's narrow [tokens, experts] scores. JAX_MOE_FFI_ROUTER_TOPK=0 keeps lax.top_k."""
-    if node.kind != "prim" or node.name != "top_k" or not (plan.sites or plan.ragged):
+    if node.kind != "prim" or node.name != "top_k" or not (plan.sites or plan.ragged or plan.gathered):
         return False
     if os.environ.get("JAX_MOE_FFI_ROUTER_TOPK", "1") == "0":
         return False
@@ -430,6 +481,7 @@ def side_branches(plan, order):
         from_tokens = descendants(tokens)
         b = [n for n in order if n in from_tokens and n not in ancestors and n not in after_sites
              and n not in plan.site_at and n not in taken and not n.effects and n not in plan.ragged
+             and n not in plan.gathered
              and not any(p.has_sites() for p in plan.subplans.get(n, []))]
         if any(n.name == "dot_general" or any(e.name == "dot_general" for e in getattr(n, "body", []) or [])
                for n in b):

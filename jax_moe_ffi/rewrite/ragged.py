@@ -7,7 +7,7 @@ masked dot (5-47 TFLOP/s on an H200); the op is exactly `grouped_matmul`'s contr
   mode "wgrad" : lhs [M,K] and dout [M,N] both ragged in M, contract M        -> grouped_matmul_wgrad
 
 Anything else (batch dimensions, group_offset, other ragged layouts, operand dtypes that differ, an output
-dtype that is neither the input's nor float32) is left to XLA and reported as a near-miss with the reason.
+that is not a float) is left to XLA and reported as a near-miss with the reason.
 The swap is exact up to float32 accumulation order; gradients go through the ops' custom_vjp (the same
 products XLA's transpose rules would form).
 """
@@ -38,8 +38,8 @@ def classify(e):
     if np.dtype(lhs.dtype) not in FLOAT or np.dtype(rhs.dtype) != np.dtype(lhs.dtype):
         return None, f"operands must share one float dtype (f32/bf16/f16), got {lhs.dtype} and {rhs.dtype}"
     pet = e.params.get("preferred_element_type")
-    if pet is not None and np.dtype(pet) not in (np.dtype(lhs.dtype), np.dtype(np.float32)):
-        return None, f"output dtype {np.dtype(pet)} is neither the input dtype nor float32"
+    if pet is not None and np.dtype(pet) not in FLOAT:
+        return None, f"output dtype {np.dtype(pet)} is not a float type (f32/bf16/f16)"
     if gs.ndim != 1 or not np.issubdtype(np.dtype(gs.dtype), np.integer):
         return None, f"group_sizes must be a rank-1 integer array, got {gs.aval.str_short()}"
     if lhs.ndim == 2 and rhs.ndim == 3 and lr == (0,) and rg == (0,) and lc == (1,) and rc in ((1,), (2,)):
@@ -57,7 +57,9 @@ def emit(e, mode, vals, recipe=None):
     lhs, rhs, gs = vals[:3]
     out = e.outs[0]
     pet = e.params.get("preferred_element_type")
-    pet = None if pet is None or np.dtype(pet) == np.dtype(lhs.dtype) else np.dtype(pet)
+    # an output narrower than float32 and not the input dtype (e.g. f32 operands, bf16 out): float32
+    # accumulation rounded once to the output dtype, as XLA's dot does
+    pet = None if pet is None or np.dtype(pet) == np.dtype(lhs.dtype) else np.dtype(np.float32)
     if mode == "wgrad":
         r = grouped_matmul_wgrad(lhs, rhs, gs, preferred_element_type=pet)
     else:

@@ -9,6 +9,7 @@ FAMILIES = {
     "masked": "(3) tokens broadcast to every expert, then masked",
     "loop": "(4) per-expert unrolled loop",
     "ragged": "(5) jax.lax.ragged_dot, swapped for the grouped GEMM kernel",
+    "gathered": "(6) expert weights gathered per (token, choice), run as a grouped GEMM of rows sorted by expert",
 }
 
 
@@ -81,6 +82,8 @@ class Report:
             if s.family == "ragged":
                 (a, w), = s.shapes["gemms"]
                 lines.append(f"    groups={s.E} lhs {a} x rhs {w}")
+            elif s.family == "gathered":
+                lines.append(f"    E={s.E} (token, choice) rows {s.tokens}")
             else:
                 lines.append(f"    E={s.E} k={s.k}{cap} tokens={s.tokens}")
             for j, (a, w) in enumerate(s.shapes.get("gemms", []) if s.family != "ragged" else []):
