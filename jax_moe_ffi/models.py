@@ -577,6 +577,28 @@ def per_token_scan_moe(params, x, top_k: int = 2):
     return jax.lax.scan(step, None, (x, experts, weights.astype(x.dtype)))[1]
 
 
+def two_argmax_loop_moe(params, x, top_k: int = 2):
+    """PhiMoE's SparseMixer routing as EasyDeL writes it (inference form): the first expert by argmax, the second
+    by argmax over the scores with the first set to -inf, the ids concatenated [T, 2]; then a loop over the
+    experts weighted by `sum_j where(ids[:, j] == e, w[:, j], 0)`. The two ids coincide when every other score is
+    -inf, so they are not one top-k; reported, not rewritten (top_k is ignored: always two)."""
+    del top_k
+    scores = x.astype(jnp.float32) @ params["router"].astype(jnp.float32)
+    t = scores.shape[0]
+    first = jnp.argmax(scores, axis=-1, keepdims=True)
+    masked = scores.at[jnp.arange(t), first[:, 0]].set(-jnp.inf)
+    second = jnp.argmax(masked, axis=-1, keepdims=True)
+    w = jnp.concatenate([jnp.take_along_axis(jax.nn.softmax(scores, -1), first, -1),
+                         jnp.take_along_axis(jax.nn.softmax(masked, -1), second, -1)], axis=-1)
+    ids = jnp.concatenate([first, second], axis=-1).astype(jnp.int32)
+    out = jnp.zeros_like(x)
+    for e in range(params["w_gate"].shape[0]):
+        h = jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])
+        g = sum(jnp.where(ids[:, j] == e, w[:, j], 0.0) for j in range(2))
+        out = out + (h @ params["w_down"][e]) * g[:, None].astype(x.dtype)
+    return out
+
+
 def cond_skip_loop_moe(params, x, top_k: int = 2):
     """A Python loop over the experts, each expert under `lax.cond(any(ids == e), ...)` to skip experts no token
     chose (zeros otherwise). The gated branch is zero wherever no token chose e, so the pass reads each cond

@@ -106,6 +106,28 @@ def test_float32_operands_with_a_bf16_output():
     assert all(rel(a, b) < 1e-2 for a, b in zip(g1, g0))
 
 
+@pytest.mark.parametrize("out", [jnp.float32, jnp.bfloat16])
+def test_mixed_operand_dtypes_are_converted_to_the_output_dtype(out):
+    """EasyDeL's GPT-OSS path: bf16 rows against float32 expert weights. XLA converts both operands to the output
+    dtype (f32: widened; bf16: the weights rounded); so does the swap."""
+    rng = np.random.default_rng(10)
+    m, k, n, g = 48, 16, 24, 4
+    gs = sizes(rng, m, g, m)
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+    f = lambda x, w: jax.lax.ragged_dot(x, w, gs, preferred_element_type=out)
+    fast = jmf.optimize(f)
+    got = fast(x, w)
+    assert got.dtype == out and custom_calls(fast, x, w)["jax_moe_ffi_grouped_gemm"] == 1
+    tol = 1e-6 if out == jnp.float32 else 2 ** -8
+    assert rel(got, f(x, w)) < tol and rel(got, f(x.astype(out), w.astype(out))) < tol
+    if out == jnp.bfloat16:  # (not the widened product: the weights' rounding shows)
+        assert rel(f(x, w), jax.lax.ragged_dot(x.astype(jnp.float32), w, gs)) > 4 * rel(got, f(x, w))
+    g1 = jax.grad(lambda *a: jnp.sum(fast(*a).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    g0 = jax.grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    assert g1[0].dtype == jnp.bfloat16 and rel(g1[0], g0[0]) < 1e-2 and rel(g1[1], g0[1]) < 1e-2
+
+
 def test_inside_scan_and_checkpoint():
     rng = np.random.default_rng(4)
     m, k, n, g, layers = 32, 8, 16, 4, 3

@@ -384,15 +384,22 @@ def moe_dispatch_rows(x, routing: MoeRouting):
     """The rows of `x[T, D]` for a routing made earlier (`moe_routing`, `moe_dispatch`): what `moe_dispatch`
     returns as rows, without planning again -- e.g. a second activation sent where the tokens went, or the same
     routing seen with another k (`MoeRouting.regroup`). Its backward is the un-weighted combine."""
-    op = "moe_dispatch_rows"
-    if not isinstance(routing, MoeRouting):
-        raise TypeError(f"{op}: `routing` must be a MoeRouting (moe_routing / moe_dispatch), got {type(routing).__name__}")
-    x = jnp.asarray(x)
-    c.check_rank(op, "x", x, 2, "[T, D]")
-    c.check_float(op, "x", x)
-    if x.shape[0] != routing.num_tokens:
-        raise ValueError(f"{op}: `x` {tuple(x.shape)} must have the routing's T = {routing.num_tokens} tokens")
+    x = _routed_operand("moe_dispatch_rows", "x", x, routing, "T", routing.num_tokens if
+                        isinstance(routing, MoeRouting) else 0, "tokens")
     return _dispatch_rows(x, routing)
+
+
+def _routed_operand(op, name, v, routing, axis, n, what):
+    """`routing` is a MoeRouting and `v` a float [n, D] array (n = the routing's T or R), else a clear error."""
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"{op}: `routing` must be the MoeRouting of moe_routing / moe_dispatch, got "
+                        f"{type(routing).__name__}")
+    v = jnp.asarray(v)
+    c.check_rank(op, name, v, 2, f"[{axis}, D]")
+    c.check_float(op, name, v)
+    if v.shape[0] != n:
+        raise ValueError(f"{op}: `{name}` {tuple(v.shape)} must have the routing's {axis} = {n} {what}")
+    return v
 
 
 def moe_combine(rows, routing: MoeRouting, weights):
@@ -403,13 +410,8 @@ def moe_combine(rows, routing: MoeRouting, weights):
     and reads no rows.
     """
     op = "moe_combine"
-    if not isinstance(routing, MoeRouting):
-        raise TypeError(f"{op}: `routing` must be the MoeRouting returned by moe_dispatch, got {type(routing).__name__}")
-    rows = jnp.asarray(rows)
-    c.check_rank(op, "rows", rows, 2, "[R, D]")
-    c.check_float(op, "rows", rows)
-    if rows.shape[0] != routing.num_rows:
-        raise ValueError(f"{op}: `rows` {tuple(rows.shape)} must have the routing's R = {routing.num_rows} rows")
+    rows = _routed_operand(op, "rows", rows, routing, "R", routing.num_rows if isinstance(routing, MoeRouting)
+                           else 0, "rows")
     if weights is None:
         return _combine_sum(rows, routing)
     weights = jnp.asarray(weights)

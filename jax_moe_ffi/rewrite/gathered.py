@@ -39,6 +39,7 @@ class GatheredDot:
     x_k: int
     summed: list         # B axes the dot contracts (e.g. the choices summed inside the einsum)
     transpose_rhs: bool
+    dtype: object        # the GEMM's operand dtype (the output dtype where x and w differ, as XLA converts them)
     out_perm: tuple      # [*(B axes not summed), N] -> the dot's output order
     clip: bool           # clamp ids into [0, E) (a gather in clip mode, whose gradient clamps them too)
     pet: object          # preferred element type for grouped_matmul (None: the input dtype)
@@ -186,11 +187,13 @@ def _classify_dot(e, side, q, nb, prog):
     if x_free:
         return None, head + "the activations have axes of their own (not one row per (token, choice))"
     dt = np.dtype(w.dtype)
-    if dt not in FLOAT or np.dtype(x.dtype) != dt:
-        return None, head + f"operands must share one float dtype (f32/bf16/f16), got {x.dtype} and {w.dtype}"
+    if dt not in FLOAT or np.dtype(x.dtype) not in FLOAT:
+        return None, head + f"operands must be float (f32/bf16/f16), got {x.dtype} and {w.dtype}"
     out_dt = np.dtype(e.outs[0].dtype)
     if out_dt not in FLOAT:
         return None, head + f"output dtype {out_dt} is not a float type (f32/bf16/f16)"
+    if np.dtype(x.dtype) != dt:  # mixed operands: XLA converts both to the output dtype; so does the swap
+        dt = out_dt
     mode = getattr(q.params.get("mode"), "name", str(q.params.get("mode")))
     r = int_range(q.ins[1], prog)
     in_range = r is not None and r[0] >= 0 and r[1] < E
@@ -213,7 +216,7 @@ def _classify_dot(e, side, q, nb, prog):
     pet = None if out_dt == dt and not summed else np.dtype(np.float32)
     ids = _source_ids(q.ins[1], E, prog) if in_range else None
     return GatheredDot(eqn=e, gather=q, w=w, idx=q.ins[1], ids=ids if ids is not None else q.ins[1], x=x, x_b=present, x_axes=[x_of_b[b] for b in present],
-                       x_k=feat[0][1], summed=summed, transpose_rhs=(feat[0][0] == nb + 1), out_perm=out_perm,
+                       x_k=feat[0][1], summed=summed, transpose_rhs=(feat[0][0] == nb + 1), dtype=dt, out_perm=out_perm,
                        clip=not in_range, pet=pet), None
 
 
@@ -243,7 +246,7 @@ class Emitter:
         base = self._routing(g, read)
         key = (g.x, g.ids, tuple(g.x_axes), g.x_k)
         if key not in self.rows:
-            x = jnp.transpose(read(g.x), list(g.x_axes) + [g.x_k])  # [*(B axes x carries), K]
+            x = jnp.transpose(read(g.x).astype(g.dtype), list(g.x_axes) + [g.x_k])  # [*(B axes x carries), K]
             if g.x_b == list(range(len(g.x_b))):  # x carries a prefix of B: the dispatch copies each row k times
                 t = int(np.prod(B[:len(g.x_b)], dtype=np.int64))
             else:
@@ -251,7 +254,7 @@ class Emitter:
                                      B + (x.shape[-1],))
                 t = g.rows
             self.rows[key] = EM.dispatch_rows(x.reshape(t, x.shape[-1]), EM.regroup(base, g.rows // t))
-        y = grouped_matmul(self.rows[key], read(g.w), base.group_sizes, preferred_element_type=g.pet,
+        y = grouped_matmul(self.rows[key], read(g.w).astype(g.dtype), base.group_sizes, preferred_element_type=g.pet,
                            transpose_rhs=g.transpose_rhs, recipe=self.recipe)
         nb, s = len(B), len(g.summed)
         if g.summed == list(range(nb - s, nb)):  # the trailing axes (the choices): summed by the un-sort

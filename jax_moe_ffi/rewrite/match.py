@@ -989,6 +989,12 @@ class Analyzer:
                     and self._from_router(e.ins[1]):
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
                         "token): not rewritten (the all-experts einsum or a loop over the experts is)")
+            elif e.name == "eq" and self._assembled_ids(e):
+                note(e, "expert ids assembled from several routers' outputs (e.g. two argmaxes concatenated, the "
+                        "second over the scores with the first masked, as PhiMoE's SparseMixer and Praxis' top-2 "
+                        "write them) and compared with each expert: not rewritten (the ids are not one top-k -- "
+                        "the two coincide when every other score is -inf -- so a gate per (token, choice) cannot be "
+                        "read from them; ids from lax.top_k(scores, k) are)")
             elif e.name == "dot_general" and self._rows_gathered_per_expert(e, experts):
                 note(e, "per-expert loop over the expert's own gathered token rows (`x[rows]`, rows chosen by "
                         "the router: `nonzero(ids == e)`, index_add style, or sorted by expert): not rewritten "
@@ -1011,6 +1017,30 @@ class Analyzer:
                 note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and combined with the "
                         f"router's gate, but not rewritten: {why} (piece e must be the same computation with "
                         "expert e's weights)")
+
+    def _assembled_ids(self, e):
+        """An `eq` of an integer array that is a concatenation of two or more top-k / argmax index arrays (through
+        slices, reshapes and casts) with an expert id: a per-expert gate over ids that are not one top_k."""
+        prog = self.prog
+        through = ("slice", "squeeze", "reshape", "convert_element_type", "broadcast_in_dim", "expand_dims",
+                   "dynamic_slice", "gather")
+
+        def strip(v):
+            for _ in range(12):
+                q = prog.producer.get(v) if isinstance(v, Var) else None
+                if q is None or q.name not in through or F.is_topk_indices(v, prog):
+                    return v, q
+                v = q.ins[0]
+            return v, None
+
+        for a in e.ins:
+            if not isinstance(a, Var) or not np.issubdtype(np.dtype(a.dtype), np.integer):
+                continue
+            _, q = strip(a)
+            if q is not None and q.name == "concatenate" and len(q.ins) >= 2 and \
+                    all(isinstance(p_, Var) and F.is_topk_indices(strip(p_)[0], prog) for p_ in q.ins):
+                return True
+        return False
 
     def _picks_from_stacked_experts(self, e, experts):
         """A gather whose operand is a `concatenate` of one piece per expert (jnp.stack of expert outputs)."""

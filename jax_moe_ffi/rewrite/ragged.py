@@ -6,8 +6,11 @@ masked dot (5-47 TFLOP/s on an H200); the op is exactly `grouped_matmul`'s contr
   mode "fwd_t" : the same with rhs [G,N,K] (contract its last axis)           -> grouped_matmul(transpose_rhs)
   mode "wgrad" : lhs [M,K] and dout [M,N] both ragged in M, contract M        -> grouped_matmul_wgrad
 
-Anything else (batch dimensions, group_offset, other ragged layouts, operand dtypes that differ, an output
-that is not a float) is left to XLA and reported as a near-miss with the reason.
+Operands of two float dtypes (bf16 rows, f32 weights) are both converted to the output dtype first, as XLA
+does (a float32 output: widened, exactly; a bf16 output: the f32 operand rounded to bf16).
+
+Anything else (batch dimensions, group_offset, other ragged layouts, an operand or output that is not a
+float) is left to XLA and reported as a near-miss with the reason.
 The swap is exact up to float32 accumulation order; gradients go through the ops' custom_vjp (the same
 products XLA's transpose rules would form).
 """
@@ -35,8 +38,8 @@ def classify(e):
         return None, "ragged_dot with a group_offset (a shard of the groups) is left to XLA"
     if lb or rb:
         return None, "ragged_dot with batch dimensions is left to XLA"
-    if np.dtype(lhs.dtype) not in FLOAT or np.dtype(rhs.dtype) != np.dtype(lhs.dtype):
-        return None, f"operands must share one float dtype (f32/bf16/f16), got {lhs.dtype} and {rhs.dtype}"
+    if np.dtype(lhs.dtype) not in FLOAT or np.dtype(rhs.dtype) not in FLOAT:
+        return None, f"operands must be float (f32/bf16/f16), got {lhs.dtype} and {rhs.dtype}"
     pet = e.params.get("preferred_element_type")
     if pet is not None and np.dtype(pet) not in FLOAT:
         return None, f"output dtype {np.dtype(pet)} is not a float type (f32/bf16/f16)"
@@ -56,6 +59,8 @@ def emit(e, mode, vals, recipe=None):
     from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmul_wgrad
     lhs, rhs, gs = vals[:3]
     out = e.outs[0]
+    if lhs.dtype != rhs.dtype:  # mixed operands (e.g. bf16 rows, f32 weights): XLA converts both to the output
+        lhs, rhs = lhs.astype(out.dtype), rhs.astype(out.dtype)  # dtype (widening to f32, or narrowing to bf16)
     pet = e.params.get("preferred_element_type")
     # an output narrower than float32 and not the input dtype (e.g. f32 operands, bf16 out): float32
     # accumulation rounded once to the output dtype, as XLA's dot does
