@@ -222,29 +222,35 @@ def _classify_dot(e, side, q, nb, prog):
 
 class Emitter:
     """Emits the swapped dots of one program evaluation, sharing the routing of each id array and the
-    dispatched rows of each (activations, ids) pair between the dots that use them (e.g. an expert's gate and
-    up projections of the same rows)."""
+    dispatched rows of each (activations, ids) pair between the dots that use them; dots of one set of rows
+    (e.g. an expert's gate and up projections) run as one grouped_matmuls_shared_lhs."""
 
-    def __init__(self, recipe=None):
+    def __init__(self, dots=(), recipe=None):
         self.recipe = recipe
         self.routings = {}
         self.rows = {}
+        self.done = {}  # dot Eqn -> its grouped GEMM result, computed with an earlier dot of the same rows
+        self.by_rows = {}
+        for g in dots:
+            self.by_rows.setdefault(_rows_key(g), []).append(g)
 
     def _routing(self, g, read):
         from jax_moe_ffi.rewrite import emit as EM
-        if g.ids not in self.routings:
+        key = (g.ids, g.clip, g.w.shape[0])
+        if key not in self.routings:
             ids = read(g.ids).reshape(g.rows, 1).astype(jnp.int32)
             if g.clip:
                 ids = jnp.clip(ids, 0, g.w.shape[0] - 1)
-            self.routings[g.ids] = EM.route(ids, g.w.shape[0])[1]
-        return self.routings[g.ids]
+            self.routings[key] = EM.route(ids, g.w.shape[0])[1]
+        return self.routings[key]
 
-    def emit(self, g, read):
-        from jax_moe_ffi.ops.grouped_gemm import grouped_matmul
+    def _gemm(self, g, read, base):
+        from jax_moe_ffi.ops.grouped_gemm import grouped_matmul, grouped_matmuls_shared_lhs
         from jax_moe_ffi.rewrite import emit as EM
+        if g.eqn in self.done:
+            return self.done.pop(g.eqn)
+        key = _rows_key(g)
         B = g.B
-        base = self._routing(g, read)
-        key = (g.x, g.ids, tuple(g.x_axes), g.x_k)
         if key not in self.rows:
             x = jnp.transpose(read(g.x).astype(g.dtype), list(g.x_axes) + [g.x_k])  # [*(B axes x carries), K]
             if g.x_b == list(range(len(g.x_b))):  # x carries a prefix of B: the dispatch copies each row k times
@@ -254,8 +260,23 @@ class Emitter:
                                      B + (x.shape[-1],))
                 t = g.rows
             self.rows[key] = EM.dispatch_rows(x.reshape(t, x.shape[-1]), EM.regroup(base, g.rows // t))
-        y = grouped_matmul(self.rows[key], read(g.w).astype(g.dtype), base.group_sizes, preferred_element_type=g.pet,
-                           transpose_rhs=g.transpose_rhs, recipe=self.recipe)
+        group = [q for q in self.by_rows.get(key, [g]) if q is g or q.eqn not in self.done]
+        if len(group) == 1:
+            return grouped_matmul(self.rows[key], read(g.w).astype(g.dtype), base.group_sizes,
+                                  preferred_element_type=g.pet, transpose_rhs=g.transpose_rhs, recipe=self.recipe)
+        ys = grouped_matmuls_shared_lhs(self.rows[key], [read(q.w).astype(q.dtype) for q in group],
+                                        base.group_sizes, transpose_rhs=[q.transpose_rhs for q in group],
+                                        preferred_element_type=[q.pet for q in group], recipe=self.recipe)
+        for q, y in zip(group, ys):
+            if q is not g:
+                self.done[q.eqn] = y
+        return ys[group.index(g)]
+
+    def emit(self, g, read):
+        from jax_moe_ffi.rewrite import emit as EM
+        B = g.B
+        base = self._routing(g, read)
+        y = self._gemm(g, read, base)
         nb, s = len(B), len(g.summed)
         if g.summed == list(range(nb - s, nb)):  # the trailing axes (the choices): summed by the un-sort
             y = EM.combine(y, EM.regroup(base, int(np.prod(B[nb - s:], dtype=np.int64))), None)
@@ -264,3 +285,7 @@ class Emitter:
         kept = [n for b, n in enumerate(B) if b not in g.summed]
         return jnp.transpose(y.reshape(tuple(kept) + (y.shape[-1],)), g.out_perm).astype(g.eqn.outs[0].dtype)
 
+
+def _rows_key(g):
+    """Dots with one key read the same dispatched rows (activations, ids, layout, operand dtype)."""
+    return (g.x, g.ids, g.clip, g.w.shape[0], tuple(g.x_axes), g.x_k, np.dtype(g.dtype))

@@ -379,7 +379,7 @@ def run(plan, args, fp8_weights=None):
     order = schedule(plan)
     branches = side_branches(plan, order) if plan.options.get("streams") else {}
     on_branch = {n for b in branches.values() for n in b}
-    gathered = GD.Emitter(plan.options.get("recipe"))
+    gathered = GD.Emitter([plan.gathered[n] for n in order if n in plan.gathered], plan.options.get("recipe"))
     for node in order:
         s = plan.site_at.get(node)
         if s is not None:
