@@ -4,7 +4,8 @@
 Pipeline: trace (`ir`: jaxpr -> renamed IR, calls inlined, scan/remat/cond/while/shard_map bodies as
 sub-programs) -> facts (`facts`: which values are top_k indices, one-hot/k-sparse masks, iotas) -> sites
 (`match`, `loops`: reductions over experts proven k-sparse, and the pointwise region feeding them; `ragged`:
-`jax.lax.ragged_dot` calls, already grouped) -> emit (`emit`) -> evaluation (`interp`) -> `report`.
+`jax.lax.ragged_dot` calls, already grouped; `gathered`: dots of expert weights gathered per (token, choice))
+-> emit (`emit`) -> evaluation (`interp`) -> `report`.
 """
 from __future__ import annotations
 
