@@ -577,6 +577,19 @@ def per_token_scan_moe(params, x, top_k: int = 2):
     return jax.lax.scan(step, None, (x, experts, weights.astype(x.dtype)))[1]
 
 
+def column_gate_loop_moe(params, x, top_k: int = 2):
+    """A Python loop over the experts whose gate is built one choice column at a time,
+    `sum_j where(ids[:, j] == e, w[:, j], 0)` (lax.top_k ids): reported, not rewritten (the same test on the
+    whole id array is: `loop_moe`'s `sum(where(experts == e, weights, 0), -1)`)."""
+    weights, experts, _ = _router(params, x, top_k)
+    out = jnp.zeros_like(x)
+    for e in range(params["w_gate"].shape[0]):
+        h = jax.nn.silu(x @ params["w_gate"][e]) * (x @ params["w_up"][e])
+        g = sum(jnp.where(experts[:, j] == e, weights[:, j], 0.0) for j in range(top_k))
+        out = out + (h @ params["w_down"][e]) * g[:, None].astype(x.dtype)
+    return out
+
+
 def two_argmax_loop_moe(params, x, top_k: int = 2):
     """PhiMoE's SparseMixer routing as EasyDeL writes it (inference form): the first expert by argmax, the second
     by argmax over the scores with the first set to -inf, the ids concatenated [T, 2]; then a loop over the

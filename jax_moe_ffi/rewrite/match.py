@@ -995,6 +995,10 @@ class Analyzer:
                         "write them) and compared with each expert: not rewritten (the ids are not one top-k -- "
                         "the two coincide when every other score is -inf -- so a gate per (token, choice) cannot be "
                         "read from them; ids from lax.top_k(scores, k) are)")
+            elif e.name == "eq" and not self.sites and self._column_test(e):
+                note(e, "per-expert gate built one choice column at a time (`where(ids[:, j] == e, w[:, j], 0)` "
+                        "summed over j): not rewritten (the same test on the whole [T, k] id array, "
+                        "`jnp.sum(jnp.where(ids == e, w, 0), -1)`, or a one_hot of the ids is)")
             elif e.name == "dot_general" and self._rows_gathered_per_expert(e, experts):
                 note(e, "per-expert loop over the expert's own gathered token rows (`x[rows]`, rows chosen by "
                         "the router: `nonzero(ids == e)`, index_add style, or sorted by expert): not rewritten "
@@ -1041,6 +1045,25 @@ class Analyzer:
                     all(isinstance(p_, Var) and F.is_topk_indices(strip(p_)[0], prog) for p_ in q.ins):
                 return True
         return False
+
+    def _column_test(self, e):
+        """An `eq` of one choice column of a top_k index array (k >= 2; `ids[:, j]`, a slice then squeeze or
+        reshape) with a literal expert id."""
+        prog = self.prog
+        a, b = e.ins
+        if isinstance(a, Lit):
+            a, b = b, a
+        if not isinstance(a, Var) or not isinstance(b, Lit) or b.scalar() is None:
+            return False
+        q = prog.producer.get(a)
+        if q is None or q.name not in ("squeeze", "reshape") or not isinstance(q.ins[0], Var):
+            return False
+        s_ = prog.producer.get(q.ins[0])
+        if s_ is None or s_.name != "slice" or not isinstance(s_.ins[0], Var) or \
+                not F.is_topk_indices(s_.ins[0], prog):
+            return False
+        j = F.topk_info(s_.ins[0], prog)[1]
+        return j is not None and s_.ins[0].shape[j] >= 2 and s_.outs[0].shape[j] == 1
 
     def _picks_from_stacked_experts(self, e, experts):
         """A gather whose operand is a `concatenate` of one piece per expert (jnp.stack of expert outputs)."""
