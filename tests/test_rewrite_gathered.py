@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import jax_moe_ffi as jmf
 from jax_moe_ffi import models as M
@@ -203,6 +203,37 @@ def test_weights_contracted_on_two_axes_stay_as_written():
 
     r = jmf.explain(fn, p, x)
     assert not r.sites and any("exactly one axis" in m.reason for m in r.misses), str(r)
+
+
+@settings(deadline=None, max_examples=25)
+@given(st.integers(2, 9), st.integers(-6, 6), st.integers(-4, 4), st.integers(0, 12),
+       st.sampled_from(["shift", "clip", "clamp_by_ids", "normalised", "max_min"]), st.integers(0, 2**31 - 1))
+@example(9, -6, 0, 12, "clamp_by_ids", 0)  # x below a varying lower bound: the bound's top matters
+def test_id_range_bounds_hold_on_random_scores(e, s, lo, hi, form, seed):
+    """gathered.int_range (what decides whether ids are proven inside [0, E)) bounds the values the program
+    really computes, on random scores: a bound that is too tight would let an out-of-range id be swapped."""
+    from jax_moe_ffi.rewrite import gathered as GD
+    from jax_moe_ffi.rewrite.ir import program_from_closed
+
+    def f(scores):
+        ids = jax.lax.top_k(scores, 2)[1]
+        if form == "shift":
+            return ids + s
+        if form == "clip":
+            return jnp.clip(ids + s, lo, lo + hi)
+        if form == "clamp_by_ids":  # the lower bound itself varies with the other choice column
+            return jax.lax.clamp(ids[:, 1:] + lo, ids[:, :1] + s, jnp.int32(hi))
+        if form == "normalised":  # jnp's negative-index normalisation of ids shifted by s
+            i = ids + s
+            return jnp.where(i < 0, i + e, i)
+        return jnp.maximum(jnp.minimum(ids + s, hi), lo)
+
+    scores = jax.random.normal(jax.random.PRNGKey(seed % 2**16), (64, e))
+    prog = program_from_closed(jax.make_jaxpr(f)(scores))
+    r = GD.int_range(prog.outvars[0], prog)
+    assert r is not None, form
+    vals = np.asarray(f(scores))
+    assert r[0] <= vals.min() and vals.max() <= r[1], (form, r, vals.min(), vals.max())
 
 
 @pytest.mark.gpu

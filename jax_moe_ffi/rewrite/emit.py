@@ -79,11 +79,8 @@ def route(ids, num_experts, keep=None, x=None):
     gs = jnp.zeros((num_experts,), jnp.int32).at[jnp.where(valid, flat, num_experts)].add(1, mode="drop")
     pos = jnp.zeros((p,), jnp.int32).at[order].set(jnp.arange(p, dtype=jnp.int32))
     pos = jnp.where(valid, pos, -1).reshape(t, k)
-    rows = None
-    if x is not None:
-        src = jnp.maximum(row_pair, 0) // k
-        rows = jnp.where((row_pair >= 0)[:, None], x[src], jnp.zeros((), x.dtype))
-    return rows, Routing(row_pair, gs, pos, k)
+    routing = Routing(row_pair, gs, pos, k)
+    return (None if x is None else dispatch_rows(x, routing)), routing
 
 
 def regroup(routing, k):
@@ -94,9 +91,8 @@ def regroup(routing, k):
 
 def dispatch_rows(x, routing):
     """rows[r] = x[token of row r] (zero for unused rows): the dispatch of x [T, D] by an existing routing."""
-    d = _ops()
-    if d is not None and routing.native is not None and np.dtype(x.dtype) in (
-            np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16)):
+    d = _ops() if routing.native is not None else None
+    if d is not None and np.dtype(x.dtype) in (np.dtype(np.float32), np.dtype("bfloat16"), np.dtype(np.float16)):
         return d.moe_dispatch_rows(x, routing.native)
     src = jnp.maximum(routing.row_pair, 0) // routing.k
     return jnp.where((routing.row_pair >= 0)[:, None], x[src], jnp.zeros((), x.dtype))

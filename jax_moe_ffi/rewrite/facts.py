@@ -389,6 +389,12 @@ def is_topk_indices(v, prog):
     return e.name in TOPK and len(e.outs) == 2 and e.outs[1] is v
 
 
+def router_sizes(prog):
+    """The expert counts E of the program's routers (the sizes their top-k indices range over)."""
+    return {topk_info(o, prog)[0] for e in prog.flat if is_router_eqn(e, prog)
+            for o in e.outs if is_topk_indices(o, prog)}
+
+
 def is_router_eqn(e, prog):
     """An equation whose output is top-k indices (where the router ends)."""
     return e.name in TOPK or (e.name in ("argmax", "slice") and is_topk_indices(e.outs[0], prog))

@@ -109,8 +109,8 @@ def int_range(v, prog, depth=0):
             return max(rs[0][0], rs[1][0]), max(rs[0][1], rs[1][1])
         if e.name == "min":
             return min(rs[0][0], rs[1][0]), min(rs[0][1], rs[1][1])
-        lo, x, hi = rs  # clamp(lo, x, hi)
-        return max(lo[0], min(x[0], hi[1])), min(hi[1], max(x[1], lo[0]))
+        lo, x, hi = rs  # clamp(lo, x, hi) = min(max(x, lo), hi), monotone in each operand
+        return min(max(x[0], lo[0]), hi[0]), min(max(x[1], lo[1]), hi[1])
     if e.name == "select_n":
         return _select_range(e, prog, depth)
     return None

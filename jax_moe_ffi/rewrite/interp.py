@@ -149,8 +149,7 @@ class Plan:
         for a grouped matmul of the rows sorted by expert. The gather's near-miss (match._unsupported_forms) is
         dropped when every use of the gathered copy is swapped, and says why where one is not."""
         prog = self.prog
-        experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
-                   for o in e.outs if F.is_topk_indices(o, prog)}
+        experts = F.router_sizes(prog)
         if not experts:
             return {}
         covered = {q for s in self.sites for q in s.region + [s.root]}

@@ -945,8 +945,7 @@ class Analyzer:
         per (token, choice), rows gathered per expert, lax.switch under vmap (select_n by the ids), and stacked
         per-expert outputs picked per id column, or gated but not rewritten."""
         prog = self.prog
-        experts = {F.topk_info(o, prog)[0] for e in prog.flat if F.is_router_eqn(e, prog)
-                   for o in e.outs if F.is_topk_indices(o, prog)}
+        experts = F.router_sizes(prog)
         if not experts:
             return
 
