@@ -579,8 +579,9 @@ def per_token_scan_moe(params, x, top_k: int = 2):
 
 def column_gate_loop_moe(params, x, top_k: int = 2):
     """A Python loop over the experts whose gate is built one choice column at a time,
-    `sum_j where(ids[:, j] == e, w[:, j], 0)` (lax.top_k ids): reported, not rewritten (the same test on the
-    whole id array is: `loop_moe`'s `sum(where(experts == e, weights, 0), -1)`)."""
+    `sum_j where(ids[:, j] == e, w[:, j], 0)` (lax.top_k ids), as `loop_moe` builds it from the whole id array
+    (`sum(where(experts == e, weights, 0), -1)`). Rewritten (facts: a column of the ids is a fixed choice
+    coordinate; the sum over columns binds it)."""
     weights, experts, _ = _router(params, x, top_k)
     out = jnp.zeros_like(x)
     for e in range(params["w_gate"].shape[0]):
@@ -594,7 +595,8 @@ def two_argmax_loop_moe(params, x, top_k: int = 2):
     """PhiMoE's SparseMixer routing as EasyDeL writes it (inference form): the first expert by argmax, the second
     by argmax over the scores with the first set to -inf, the ids concatenated [T, 2]; then a loop over the
     experts weighted by `sum_j where(ids[:, j] == e, w[:, j], 0)`. The two ids coincide when every other score is
-    -inf, so they are not one top-k; reported, not rewritten (top_k is ignored: always two)."""
+    -inf, so they are not one top-k: the rewrite runs a token's first choice of each expert only (emit.first_choices),
+    which is exact either way (top_k is ignored: always two)."""
     del top_k
     scores = x.astype(jnp.float32) @ params["router"].astype(jnp.float32)
     t = scores.shape[0]

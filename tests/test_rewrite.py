@@ -393,9 +393,6 @@ NEAR_MISSES = [
     ("while_loop_over_experts", partial(M.scan_over_experts_moe, form="while"), "lax.while_loop"),
     ("fori_loop_reversed_weights", partial(M.scan_over_experts_moe, form="reversed_weights"),
      "in a way that is not an expert index"),
-    # PhiMoE's SparseMixer (EasyDeL): ran unchanged with no near-miss before session 32
-    ("two_argmax_ids_loop", M.two_argmax_loop_moe, "expert ids assembled from several routers' outputs"),
-    ("gate_built_per_column", M.column_gate_loop_moe, "one choice column at a time"),
     # both ran unchanged with no near-miss before session 31
     ("switch_per_token", M.switch_per_token_moe, "selected per token by the router's ids with select_n"),
     ("scan_over_tokens", M.per_token_scan_moe, "per-token loop (lax.scan over the tokens"),

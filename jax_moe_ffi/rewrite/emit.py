@@ -83,6 +83,14 @@ def route(ids, num_experts, keep=None, x=None):
     return (None if x is None else dispatch_rows(x, routing)), routing
 
 
+def first_choices(ids):
+    """keep[t, j]: ids[t, j] differs from the token's earlier choices ids[t, :j] (ids that may repeat: a
+    repeated expert is run once, with the gate the model summed over its choices)."""
+    k = ids.shape[1]
+    earlier = jnp.arange(k)[None, :] < jnp.arange(k)[:, None]  # [j, i]: i < j
+    return ~jnp.any((ids[:, :, None] == ids[:, None, :]) & earlier[None], axis=-1)
+
+
 def regroup(routing, k):
     """The routing seen with k choices per token (pairs are flat indices t * k + j: the same rows)."""
     native = routing.native.regroup(k) if routing.native is not None else None
@@ -658,6 +666,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
     site.keep_is_nonzero = site.S is not None
     if site.S is not None and mode == "exact" and cap_routing is None:
         keep = _exact_keep(site, pe, pc, p).reshape(t, k)
+    if site.first_choice_only:
+        keep = first_choices(ids) if keep is None else keep & first_choices(ids)
     # weights
     if site.weights_operand is not None:
         w = pe.full(pe.rows(site.weights_operand), site.weights_operand).reshape(t, k)

@@ -67,6 +67,13 @@ class Bound:
 
 
 @dataclasses.dataclass(frozen=True)
+class Fixed:
+    """A fixed coordinate of an index array's axis: the value reads X at that index there (one choice column,
+    `ids[:, j]`, is a view of ids with Fixed(j) on the choice axis)."""
+    index: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Con:
     cat: object  # int axis, or ("col", e)
     src: Var
@@ -89,7 +96,7 @@ class Con:
                 cat = nc
         xm = []
         for a in self.xmap:
-            if isinstance(a, Bound):
+            if isinstance(a, (Bound, Fixed)):
                 xm.append(a)
                 continue
             na = fn_axis(a)
@@ -389,6 +396,54 @@ def is_topk_indices(v, prog):
     return e.name in TOPK and len(e.outs) == 2 and e.outs[1] is v
 
 
+def _assembled(v, prog):
+    """(E, axis) when v is a concatenation along `axis` of top-k index arrays with their choice axis there
+    and top-1 arrays (argmax) given a size-1 axis there -- PhiMoE's SparseMixer and Praxis' top-2 (two argmaxes,
+    the second over the scores with the first masked): every entry in range, but the entries of one token may
+    repeat (the two argmaxes coincide when every other score is -inf). Else None."""
+    e = prog.producer.get(v)
+    if e is None or e.name != "concatenate" or len(e.ins) < 2:
+        return None
+    ax = e.params["dimension"]
+    rest = tuple(d for a, d in enumerate(v.shape) if a != ax)
+    sizes = set()
+    for p_ in e.ins:
+        if not isinstance(p_, Var):
+            return None
+        q = prog.producer.get(p_)
+        while q is not None and q.name == "convert_element_type" and isinstance(q.ins[0], Var) \
+                and np.issubdtype(np.dtype(q.ins[0].dtype), np.integer):
+            p_ = q.ins[0]
+            q = prog.producer.get(p_)
+        if is_topk_indices(p_, prog) and topk_info(p_, prog)[1] == ax:
+            sizes.add(topk_info(p_, prog)[0])
+            continue
+        # a top-1 array with a size-1 axis inserted at `ax` (jnp.argmax(..., keepdims=True), x[:, None])
+        if q is None or q.name not in ("broadcast_in_dim", "reshape") or not isinstance(q.ins[0], Var) \
+                or p_.shape[ax] != 1 or tuple(q.ins[0].shape) != rest:
+            return None
+        if q.name == "broadcast_in_dim" and tuple(q.params["broadcast_dimensions"]) != \
+                tuple(a for a in range(p_.ndim) if a != ax):
+            return None
+        if q.name == "reshape" and q.params.get("dimensions") is not None:
+            return None
+        src = q.ins[0]
+        if not is_topk_indices(src, prog) or topk_info(src, prog)[1] is not None:
+            return None
+        sizes.add(topk_info(src, prog)[0])
+    return (sizes.pop(), ax) if len(sizes) == 1 else None
+
+
+def may_repeat(v, prog):
+    """Choice indices whose entries for one token may coincide (see _assembled)."""
+    return _assembled(v, prog) is not None
+
+
+def is_choice_indices(v, prog):
+    """Top-k indices, or index arrays assembled from several (in range, possibly repeating per token)."""
+    return is_topk_indices(v, prog) or may_repeat(v, prog)
+
+
 def router_sizes(prog):
     """The expert counts E of the program's routers (the sizes their top-k indices range over)."""
     return {topk_info(o, prog)[0] for e in prog.flat if is_router_eqn(e, prog)
@@ -401,8 +456,12 @@ def is_router_eqn(e, prog):
 
 
 def topk_info(v, prog):
-    """(E, j_axis, b_axes) of a top_k index array; j_axis is None for argmax (k = 1, no choice axis)."""
+    """(E, j_axis, b_axes) of a top_k index array (or one assembled from several); j_axis is None for argmax
+    (k = 1, no choice axis)."""
     e = prog.producer[v]
+    if e.name == "concatenate":
+        n, ax = _assembled(v, prog)
+        return n, ax, [a for a in range(v.ndim) if a != ax]
     if e.name == "argmax":
         return e.ins[0].shape[e.params["axes"][0]], None, list(range(v.ndim))
     if e.name == "slice":
@@ -495,8 +554,8 @@ class Facts:
                 nf.fill, nf.fcons = fact.fill, frozenset(fcons)
         if keep_view and fact.view is not None:
             x, xm = fact.view
-            if all(a in o2 for a in xm):
-                nf.view = (x, tuple(o2[a] for a in xm))
+            if all(isinstance(a, Fixed) or a in o2 for a in xm):
+                nf.view = (x, tuple(a if isinstance(a, Fixed) else o2[a] for a in xm))
         if fact.iota is not None and fact.iota in o2:
             nf.iota = o2[fact.iota]
         return nf
@@ -647,7 +706,8 @@ class Facts:
             c0 = nonzero[0].cons
             if c0 and all(t.cons == c0 for t in nonzero):
                 return [Fact(cons=c0, binary=name in ("max", "or") and all(t.binary for t in nonzero))]
-            return None
+            merged = _merged_columns([t.cons for t in nonzero])
+            return None if merged is None else [Fact(cons=frozenset({merged}))]
         if name == "select_n":
             return [self._select(ins, fs, omaps[0])]
         if name in REDUCES:
@@ -696,8 +756,17 @@ class Facts:
             if ok:
                 cons.add(Con(cat, c.src, c.xmap, off))
         nf = Fact(cons=frozenset(cons), binary=f.binary and bool(cons), const=f.const)
-        if f.view is not None and all(st[a] == 0 and li[a] == op.shape[a] for a in f.view[1]):
-            nf.view = f.view
+        if f.view is not None:
+            xm = []
+            for a in f.view[1]:
+                if isinstance(a, Fixed) or (st[a] == 0 and li[a] == op.shape[a] and (sr is None or sr[a] == 1)):
+                    xm.append(a)
+                elif li[a] - st[a] == 1:  # one column (`ids[:, j]`): a fixed coordinate of the index array
+                    xm.append(Fixed(int(st[a])))
+                else:
+                    break
+            else:
+                nf.view = (f.view[0], tuple(xm))
         return nf
 
     def _eq(self, e, ins, omap):
@@ -715,9 +784,9 @@ class Facts:
                 continue
             src, xm = vx
             o2 = operand_to_out(omap, ix)
-            if not all(ax in o2 for ax in xm):
+            if not all(isinstance(ax, Fixed) or ax in o2 for ax in xm):
                 continue
-            xm_out = tuple(o2[ax] for ax in xm)
+            xm_out = tuple(ax if isinstance(ax, Fixed) else o2[ax] for ax in xm)
             if fy.iota is not None:
                 oy = operand_to_out(omap, iy)
                 if fy.iota in oy:
@@ -800,7 +869,7 @@ class Facts:
                     return None
                 xm_in[q] = free.pop(0) if free else Bound()
         X, vxm = self.view(src_in) or (src_in, tuple(range(src_in.ndim)))
-        if not is_topk_indices(X, self.prog):
+        if not is_topk_indices(X, self.prog) or not all(isinstance(a, int) for a in vxm):
             return None
         return Con(cat, X, tuple(xm_in[a] for a in vxm), c.off)
 
@@ -917,7 +986,7 @@ class Facts:
             f = self.get(p)
             if f.iota is not None and f.iota < nd:
                 out.append(("iota", f.iota))
-            elif f.view is not None and all(a < nd for a in f.view[1]):
+            elif f.view is not None and all(isinstance(a, int) and a < nd for a in f.view[1]):
                 out.append(("view", f.view))
             else:
                 return None
@@ -979,6 +1048,24 @@ class Facts:
         if lc:
             binary = binary and self._unique_sum(frozenset(cons), contracted)
         return Fact(cons=frozenset(out), binary=binary and bool(out))
+
+def _merged_columns(cons_sets):
+    """Terms each zero unless one constraint holds, the constraints alike but for the fixed coordinate of one
+    index axis (`where(ids[:, j] == e, w[:, j], 0)` for several j): the sum (max, ...) of the terms is zero unless
+    the constraint holds for some coordinate there, i.e. the constraint with that axis bound. Else None."""
+    if len(cons_sets) < 2 or any(len(cs) != 1 for cs in cons_sets):
+        return None
+    cs = [next(iter(c)) for c in cons_sets]
+    c0 = cs[0]
+    if any(c.cat != c0.cat or c.src is not c0.src or c.off != c0.off or len(c.xmap) != len(c0.xmap) for c in cs):
+        return None
+    differ = [i for i in range(len(c0.xmap)) if any(c.xmap[i] != c0.xmap[i] for c in cs)]
+    if len(differ) != 1 or not all(isinstance(c.xmap[differ[0]], (Fixed, Bound)) for c in cs):
+        return None
+    xm = list(c0.xmap)
+    xm[differ[0]] = Bound()  # (fresh: no other constraint is tied to it)
+    return Con(c0.cat, c0.src, tuple(xm), c0.off)
+
 
 def dot_axis_maps(e):
     """Per operand: axis -> product axis (out axes, then one per contracted pair)."""

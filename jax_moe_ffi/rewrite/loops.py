@@ -96,7 +96,7 @@ def _col(an, t):
     if isinstance(t, Lit):
         return None
     for c in an.facts.get(t).cons:
-        if isinstance(c.cat, tuple) and c.cat[0] == "col" and F.is_topk_indices(c.src, an.prog):
+        if isinstance(c.cat, tuple) and c.cat[0] == "col" and F.is_choice_indices(c.src, an.prog):
             return c.src, c.cat[1], c
     return None
 
@@ -128,7 +128,7 @@ def _attempt(an, root, chain, terms):
     for a in extra:  # e.g. a shared expert's output, or its bias as flax adds it ([1, D] against [T, D])
         if a.ndim > t0.ndim or any(da not in (1, dt) for da, dt in zip(a.shape[::-1], t0.shape[::-1])):
             raise Miss("an extra term of another shape in the sum (it does not broadcast to the expert terms')")
-    if j_axis is not None and not isinstance(con0.xmap[j_axis], F.Bound):
+    if j_axis is not None and not isinstance(con0.xmap[j_axis], (F.Bound, F.Fixed)):  # (Fixed: one column)
         raise Miss("the choice axis of top_k is not summed in the expert terms")
     labels0 = [None] * t0.ndim
     for i, b in enumerate(b_axes):
@@ -142,6 +142,9 @@ def _attempt(an, root, chain, terms):
                 b_axes=b_axes,
                 j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="chain")
     virtual_expert_axis(prog, site, [cols[e][0] for e in range(E)], "expert terms")
+    # each term is expert e's whole contribution (the choice axis summed inside its gate): with ids that may
+    # repeat, only a token's first choice of e runs it
+    site.first_choice_only = F.may_repeat(I, prog)
     site.terms = [cols[e][0] for e in range(E)]
     site.extra_terms = extra
     site.chain = set(chain)

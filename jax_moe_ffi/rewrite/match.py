@@ -72,6 +72,7 @@ class Site:
     chain: set = dataclasses.field(default_factory=set)
     stack_eqns: set = dataclasses.field(default_factory=set)  # `jnp.stack` Eqns over the experts (template: piece 0)
     keep_is_nonzero: bool = False
+    first_choice_only: bool = False  # ids that may repeat (facts.may_repeat), rows per expert: keep first choices
     s_off: int = 0
     gather_perm: object = None
     shapes: dict = dataclasses.field(default_factory=dict)
@@ -210,7 +211,7 @@ class Analyzer:
             maps = _dot_maps(e)
         cands = []
         for c in cons:
-            if isinstance(c.cat, int) and c.cat in summed and F.is_topk_indices(c.src, self.prog):
+            if isinstance(c.cat, int) and c.cat in summed and F.is_choice_indices(c.src, self.prog):
                 _, j_axis, b_axes = F.topk_info(c.src, self.prog)
                 ok = all(isinstance(c.xmap[b], int) and c.xmap[b] not in summed for b in b_axes)
                 cands.append((not ok, c.src.id, c.cat, id(c), c))
@@ -258,6 +259,13 @@ class Analyzer:
         site = Site(family="", root=root, out=root.outs[0], I=I, E=E, k=_k(I, j_axis), b_axes=b_axes,
                     j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="dot" if root.name == "dot_general"
                     else "reduce", S=S, s_roles=tuple(s_roles or ()))
+        if F.may_repeat(I, prog):
+            if S is not None:
+                raise Miss("capacity slots over expert ids that may repeat within a token (ids assembled from "
+                           "several argmaxes / top_ks): not rewritten")
+            # the choice axis summed inside each (token, expert) term: run a repeated expert once, as the model
+            # counts it; a per-(token, choice) term (choice axis kept) counts every choice and needs no mask
+            site.first_choice_only = isinstance(jb, (F.Bound, F.Fixed))
         site.s_off = s_off
         # labels of the root operands
         op_labels = []
@@ -989,15 +997,10 @@ class Analyzer:
                 note(e, "expert weights gathered per (token, choice) (`w[idx]`, a copy of k weight matrices per "
                         "token): not rewritten (the all-experts einsum or a loop over the experts is)")
             elif e.name == "eq" and self._assembled_ids(e):
-                note(e, "expert ids assembled from several routers' outputs (e.g. two argmaxes concatenated, the "
-                        "second over the scores with the first masked, as PhiMoE's SparseMixer and Praxis' top-2 "
-                        "write them) and compared with each expert: not rewritten (the ids are not one top-k -- "
-                        "the two coincide when every other score is -inf -- so a gate per (token, choice) cannot be "
-                        "read from them; ids from lax.top_k(scores, k) are)")
-            elif e.name == "eq" and not self.sites and self._column_test(e):
-                note(e, "per-expert gate built one choice column at a time (`where(ids[:, j] == e, w[:, j], 0)` "
-                        "summed over j): not rewritten (the same test on the whole [T, k] id array, "
-                        "`jnp.sum(jnp.where(ids == e, w, 0), -1)`, or a one_hot of the ids is)")
+                note(e, "expert ids assembled from several routers' outputs (concatenated index arrays) and compared "
+                        "with each expert: not rewritten (read as one [T, k] id array are: top_k / argsort ids, "
+                        "and top-1 arrays (argmax, keepdims) or top_k arrays concatenated along their choice axis, "
+                        "all over the same experts)")
             elif e.name == "dot_general" and self._rows_gathered_per_expert(e, experts):
                 note(e, "per-expert loop over the expert's own gathered token rows (`x[rows]`, rows chosen by "
                         "the router: `nonzero(ids == e)`, index_add style, or sorted by expert): not rewritten "
@@ -1023,7 +1026,7 @@ class Analyzer:
 
     def _assembled_ids(self, e):
         """An `eq` of an integer array that is a concatenation of two or more top-k / argmax index arrays (through
-        slices, reshapes and casts) with an expert id: a per-expert gate over ids that are not one top_k."""
+        slices, reshapes and casts) with an expert id, in a form facts.may_repeat does not read as one id array."""
         prog = self.prog
         through = ("slice", "squeeze", "reshape", "convert_element_type", "broadcast_in_dim", "expand_dims",
                    "dynamic_slice", "gather")
@@ -1039,30 +1042,11 @@ class Analyzer:
         for a in e.ins:
             if not isinstance(a, Var) or not np.issubdtype(np.dtype(a.dtype), np.integer):
                 continue
-            _, q = strip(a)
-            if q is not None and q.name == "concatenate" and len(q.ins) >= 2 and \
+            v, q = strip(a)
+            if q is not None and q.name == "concatenate" and len(q.ins) >= 2 and not F.may_repeat(v, prog) and \
                     all(isinstance(p_, Var) and F.is_topk_indices(strip(p_)[0], prog) for p_ in q.ins):
                 return True
         return False
-
-    def _column_test(self, e):
-        """An `eq` of one choice column of a top_k index array (k >= 2; `ids[:, j]`, a slice then squeeze or
-        reshape) with a literal expert id."""
-        prog = self.prog
-        a, b = e.ins
-        if isinstance(a, Lit):
-            a, b = b, a
-        if not isinstance(a, Var) or not isinstance(b, Lit) or b.scalar() is None:
-            return False
-        q = prog.producer.get(a)
-        if q is None or q.name not in ("squeeze", "reshape") or not isinstance(q.ins[0], Var):
-            return False
-        s_ = prog.producer.get(q.ins[0])
-        if s_ is None or s_.name != "slice" or not isinstance(s_.ins[0], Var) or \
-                not F.is_topk_indices(s_.ins[0], prog):
-            return False
-        j = F.topk_info(s_.ins[0], prog)[1]
-        return j is not None and s_.ins[0].shape[j] >= 2 and s_.outs[0].shape[j] == 1
 
     def _picks_from_stacked_experts(self, e, experts):
         """A gather whose operand is a `concatenate` of one piece per expert (jnp.stack of expert outputs)."""

@@ -1,0 +1,237 @@
+"""Expert ids that may repeat within a token, and gates built one choice column at a time.
+
+PhiMoE's SparseMixer (and Praxis-style top-2) takes two argmaxes, the second over the scores with the first
+masked, and concatenates them into [T, 2] ids: unlike lax.top_k's, the two may coincide (every other score
+-inf). A gate summed over the choices (`sum_j where(ids[:, j] == e, w[:, j], 0)`, or a one-hot sum) then gives a
+repeated expert once, with both weights: the rewrite runs a token's first choice of each expert only
+(emit.first_choices). A term kept per (token, choice) counts every choice, as the model does, and needs no mask.
+These tests force repeats (a second argmax that often agrees with the first) so that a missing or a wrong mask
+fails them.
+"""
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jax_moe_ffi as jmf
+from jax_moe_ffi import models as M
+from jax_moe_ffi.rewrite import emit
+
+GG = "jax_moe_ffi_grouped_gemm"
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def tree_rel(a, b):
+    return max(rel(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _params(seed, t=24, d=16, f=12, e=6):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    return M.init_moe_params(k1, d, f, e), jax.random.normal(k2, (t, d), jnp.float32)
+
+
+def _two_argmax(p, x, repeat):
+    """[T, 2] ids by two argmaxes and their softmax weights. repeat=True: the second argmax is over the scores
+    plus a small perturbation (about half the tokens choose the same expert twice); else over the scores with
+    the first masked (PhiMoE: distinct unless every other score is -inf)."""
+    s = x @ p["router"]
+    t = s.shape[0]
+    first = jnp.argmax(s, axis=-1, keepdims=True)
+    if repeat:
+        second_scores = s + 0.3 * jnp.sin(7.0 * s)
+    else:
+        second_scores = s.at[jnp.arange(t), first[:, 0]].set(-jnp.inf)
+    second = jnp.argmax(second_scores, axis=-1)[:, None]
+    w = jnp.concatenate([jnp.take_along_axis(jax.nn.softmax(s, -1), first, -1),
+                         jnp.take_along_axis(jax.nn.softmax(second_scores, -1), second, -1)], axis=-1)
+    return w, jnp.concatenate([first, second], axis=-1).astype(jnp.int32)
+
+
+def _expert(p, x, e):
+    return (jax.nn.silu(x @ p["w_gate"][e]) * (x @ p["w_up"][e])) @ p["w_down"][e]
+
+
+def loop_column_gate(p, x, repeat=True):  # PhiMoE as EasyDeL writes it
+    w, ids = _two_argmax(p, x, repeat)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        g = sum(jnp.where(ids[:, j] == e, w[:, j], 0.0) for j in range(2))
+        out = out + _expert(p, x, e) * g[:, None]
+    return out
+
+
+def loop_whole_ids_gate(p, x, repeat=True):  # the gate from the whole [T, 2] id array
+    w, ids = _two_argmax(p, x, repeat)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        out = out + _expert(p, x, e) * jnp.sum(jnp.where(ids == e, w, 0.0), -1)[:, None]
+    return out
+
+
+def dense_one_hot_gate(p, x, repeat=True):  # all experts on all tokens, a [T, E] gate of one-hots summed over j
+    w, ids = _two_argmax(p, x, repeat)
+    gate = jnp.sum(jax.nn.one_hot(ids, p["w_gate"].shape[0]) * w[..., None], axis=1)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
+    return jnp.einsum("tef,efd,te->td", h, p["w_down"], gate)
+
+
+def dense_per_choice(p, x, repeat=True):  # the choice axis kept in the combine: every choice counts
+    w, ids = _two_argmax(p, x, repeat)
+    oh = jax.nn.one_hot(ids, p["w_gate"].shape[0])  # [T, 2, E]
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
+    y = jnp.einsum("tef,efd->ted", h, p["w_down"])
+    return jnp.einsum("tje,tj,ted->td", oh, w, y)
+
+
+FORMS = {"loop_column_gate": loop_column_gate, "loop_whole_ids_gate": loop_whole_ids_gate,
+         "dense_one_hot_gate": dense_one_hot_gate, "dense_per_choice": dense_per_choice}
+
+
+def test_first_choices():
+    ids = jnp.array([[3, 3, 1], [0, 2, 0], [5, 4, 3], [2, 2, 2]], jnp.int32)
+    want = np.array([[1, 0, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]], bool)
+    np.testing.assert_array_equal(np.asarray(emit.first_choices(ids)), want)
+
+
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**31 - 1))
+def test_first_choices_property(t, k, e, seed):
+    ids = np.random.default_rng(seed).integers(0, e, (t, k)).astype(np.int32)
+    keep = np.asarray(emit.first_choices(jnp.asarray(ids)))
+    for r in range(t):
+        assert [bool(keep[r, j]) for j in range(k)] == [ids[r, j] not in ids[r, :j] for j in range(k)]
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_repeating_ids_rewritten_exactly(name):
+    fn = FORMS[name]
+    seed = int(np.random.SeedSequence().entropy % (2**31))
+    p, x = _params(seed)
+    _, ids = _two_argmax(p, x, True)
+    repeats = int(np.sum(np.asarray(ids[:, 0] == ids[:, 1])))
+    assert 0 < repeats < x.shape[0], (seed, repeats)  # the test data must exercise both cases
+    r = jmf.explain(fn, p, x)
+    assert len(r.sites) == 1 and not r.misses, str(r)
+    of = jax.jit(jmf.optimize(fn))
+    assert GG in str(jax.make_jaxpr(of)(p, x))
+    assert rel(of(p, x), fn(p, x)) < 1e-5, seed
+
+    def loss(f):
+        return lambda p, x: jnp.sum(f(p, x) ** 2)
+    g1 = jax.grad(loss(of), argnums=(0, 1))(p, x)
+    g0 = jax.grad(loss(fn), argnums=(0, 1))(p, x)
+    assert tree_rel(g1, g0) < 1e-5, seed
+
+
+@pytest.mark.parametrize("name", ["loop_column_gate", "dense_one_hot_gate"])
+def test_gate_summed_over_choices_needs_the_first_choice_mask(name, monkeypatch):
+    """Without the mask a repeated expert is run twice with its summed gate: the rewrite must differ then
+    (this is what the mask is for, and what makes the test above able to fail)."""
+    fn = FORMS[name]
+    p, x = _params(11)
+    monkeypatch.setattr(emit, "first_choices", lambda ids: jnp.ones(ids.shape, bool))
+    assert rel(jax.jit(jmf.optimize(fn))(p, x), fn(p, x)) > 1e-2
+
+
+def test_phimoe_without_repeats_and_models_form():
+    """PhiMoE's own masking (distinct ids on these inputs) and the package's model of it."""
+    p, x = _params(5)
+    for fn in (partial(loop_column_gate, repeat=False), M.two_argmax_loop_moe, M.column_gate_loop_moe):
+        r = jmf.explain(fn, p, x)
+        assert len(r.sites) == 1 and not r.misses, str(r)
+        assert rel(jax.jit(jmf.optimize(fn))(p, x), fn(p, x)) < 1e-5
+
+
+def test_inside_scan_with_checkpoint():
+    p, x = _params(8)
+    stacked = jax.tree.map(lambda a: jnp.stack([a, 0.5 * a]), p)
+
+    def model(ps, x):
+        def body(h, pl):
+            return h + jax.checkpoint(loop_column_gate)(pl, h), None
+        return jax.lax.scan(body, x, ps)[0]
+    of = jax.jit(jmf.optimize(model))
+    assert GG in str(jax.make_jaxpr(of)(stacked, x))
+    assert rel(of(stacked, x), model(stacked, x)) < 1e-5
+    g1 = jax.grad(lambda ps: jnp.sum(of(ps, x) ** 2))(stacked)
+    g0 = jax.grad(lambda ps: jnp.sum(model(ps, x) ** 2))(stacked)
+    assert tree_rel(g1, g0) < 1e-5
+
+
+def test_column_gate_with_top_k_ids_of_three_choices():
+    """lax.top_k ids (distinct), k = 3, the gate built column by column (no mask needed; rewritten)."""
+    p, x = _params(9)
+    fn = partial(M.column_gate_loop_moe, top_k=3)
+    r = jmf.explain(fn, p, x)
+    assert len(r.sites) == 1 and not r.misses, str(r)
+    assert rel(jax.jit(jmf.optimize(fn))(p, x), fn(p, x)) < 1e-5
+
+
+def _partial_columns(p, x):
+    """A gate from choice column 0 only (`where(ids[:, 0] == e, w[:, 0], 0)`): zero unless e is the first
+    choice -- rewritten too (any subset of the columns keeps the sparsity), and still exact."""
+    w, ids, _ = M._router(p, x, 2)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        out = out + _expert(p, x, e) * jnp.where(ids[:, 0] == e, w[:, 0], 0.0)[:, None]
+    return out
+
+
+def _partial_columns_repeating(p, x):
+    w, ids = _two_argmax(p, x, True)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        out = out + _expert(p, x, e) * jnp.where(ids[:, 1] == e, w[:, 1], 0.0)[:, None]
+    return out
+
+
+@pytest.mark.parametrize("fn", [_partial_columns, _partial_columns_repeating])
+def test_gate_from_one_column_only(fn):
+    p, x = _params(10)
+    r = jmf.explain(fn, p, x)
+    assert len(r.sites) == 1 and not r.misses, str(r)
+    of = jax.jit(jmf.optimize(fn))
+    assert rel(of(p, x), fn(p, x)) < 1e-5
+    g1 = jax.grad(lambda p: jnp.sum(of(p, x) ** 2))(p)
+    g0 = jax.grad(lambda p: jnp.sum(fn(p, x) ** 2))(p)
+    assert tree_rel(g1, g0) < 1e-5
+
+
+def _column_of_another_token(p, x):
+    """The column test of the *next* token's ids (a shifted gate): not sparse per token -- must stay as written."""
+    w, ids, _ = M._router(p, x, 2)
+    shifted = jnp.roll(ids, 1, axis=0)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        g = sum(jnp.where(shifted[:, j] == e, w[:, j], 0.0) for j in range(2))
+        out = out + _expert(p, x, e) * g[:, None]
+    return out
+
+
+def test_column_gate_of_shifted_ids_stays():
+    p, x = _params(12)
+    r = jmf.explain(_column_of_another_token, p, x)
+    assert not r.sites, str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jmf.optimize(_column_of_another_token)(p, x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(_column_of_another_token(p, x)))
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_repeating_ids_run_the_cuda_kernels():
+    p, x = _params(13, t=512, d=256, f=128, e=8)
+    pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
+    xb = x.astype(jnp.bfloat16)
+    for fn in (loop_column_gate, dense_one_hot_gate):
+        of = jax.jit(jmf.optimize(fn))
+        assert f'custom_call_target="{GG}"' in of.lower(pb, xb).compile().as_text()
+        want = fn(p, x)
+        assert rel(of(pb, xb).astype(jnp.float32), want) < 2 * rel(jax.jit(fn)(pb, xb).astype(jnp.float32), want) \
+            + 1e-2
