@@ -235,3 +235,19 @@ def test_gpu_bf16_repeating_ids_run_the_cuda_kernels():
         want = fn(p, x)
         assert rel(of(pb, xb).astype(jnp.float32), want) < 2 * rel(jax.jit(fn)(pb, xb).astype(jnp.float32), want) \
             + 1e-2
+
+
+def test_capacity_layer_over_repeating_ids_stays_with_its_reason():
+    """GShard capacity einsums over ids that may repeat: a repeated expert would take two slots in the model;
+    not rewritten (reason given), values unchanged."""
+    p, x = _params(14)
+
+    def router(p, x, k):
+        w, ids = _two_argmax(p, x, True)
+        return w, ids, None
+    fn = partial(M.capacity_moe, router=router)
+    r = jmf.explain(fn, p, x)
+    assert not r.sites and any("may repeat" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jmf.optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
