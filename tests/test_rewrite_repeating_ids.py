@@ -79,20 +79,28 @@ def loop_whole_ids_gate(p, x, repeat=True):  # the gate from the whole [T, 2] id
 def dense_one_hot_gate(p, x, repeat=True):  # all experts on all tokens, a [T, E] gate of one-hots summed over j
     w, ids = _two_argmax(p, x, repeat)
     gate = jnp.sum(jax.nn.one_hot(ids, p["w_gate"].shape[0]) * w[..., None], axis=1)
+    return jnp.einsum("ted,te->td", _all_experts(p, x), gate)
+
+
+def _all_experts(p, x):
     h = jax.nn.silu(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
-    return jnp.einsum("tef,efd,te->td", h, p["w_down"], gate)
+    return jnp.einsum("tef,efd->ted", h, p["w_down"])
 
 
-def dense_per_choice(p, x, repeat=True):  # the choice axis kept in the combine: every choice counts
+def dense_three_operand_einsum(p, x, repeat=True):  # jnp.einsum sums the choices into a [T, E] gate first
     w, ids = _two_argmax(p, x, repeat)
-    oh = jax.nn.one_hot(ids, p["w_gate"].shape[0])  # [T, 2, E]
-    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
-    y = jnp.einsum("tef,efd->ted", h, p["w_down"])
-    return jnp.einsum("tje,tj,ted->td", oh, w, y)
+    return jnp.einsum("tje,tj,ted->td", jax.nn.one_hot(ids, p["w_gate"].shape[0]), w, _all_experts(p, x))
+
+
+def dense_per_choice(p, x, repeat=True):  # each choice's expert output picked, then weighted: every choice counts
+    w, ids = _two_argmax(p, x, repeat)
+    picked = jnp.einsum("tje,ted->tjd", jax.nn.one_hot(ids, p["w_gate"].shape[0]), _all_experts(p, x))
+    return jnp.sum(picked * w[..., None], axis=1)
 
 
 FORMS = {"loop_column_gate": loop_column_gate, "loop_whole_ids_gate": loop_whole_ids_gate,
-         "dense_one_hot_gate": dense_one_hot_gate, "dense_per_choice": dense_per_choice}
+         "dense_one_hot_gate": dense_one_hot_gate, "dense_three_operand_einsum": dense_three_operand_einsum,
+         "dense_per_choice": dense_per_choice}
 
 
 def test_first_choices():
@@ -119,6 +127,9 @@ def test_repeating_ids_rewritten_exactly(name):
     assert 0 < repeats < x.shape[0], (seed, repeats)  # the test data must exercise both cases
     r = jmf.explain(fn, p, x)
     assert len(r.sites) == 1 and not r.misses, str(r)
+    once = "per_choice" not in name
+    assert any(("runs once, at its first choice" if once else "each (token, choice) runs") in n
+               for n in r.sites[0].notes), str(r)
     of = jax.jit(jmf.optimize(fn))
     assert GG in str(jax.make_jaxpr(of)(p, x))
     assert rel(of(p, x), fn(p, x)) < 1e-5, seed

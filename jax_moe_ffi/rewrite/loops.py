@@ -18,7 +18,7 @@ import numpy as np
 
 from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
-from jax_moe_ffi.rewrite.match import Miss, Site
+from jax_moe_ffi.rewrite.match import REPEAT_NOTE, Miss, Site
 
 ADDS = ("add", "add_any")
 
@@ -145,6 +145,8 @@ def _attempt(an, root, chain, terms):
     # each term is expert e's whole contribution (the choice axis summed inside its gate): with ids that may
     # repeat, only a token's first choice of e runs it
     site.first_choice_only = F.may_repeat(I, prog)
+    if site.first_choice_only:
+        site.notes.append(REPEAT_NOTE)
     site.terms = [cols[e][0] for e in range(E)]
     site.extra_terms = extra
     site.chain = set(chain)

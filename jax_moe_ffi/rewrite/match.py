@@ -37,6 +37,12 @@ class Miss(Exception):
         self.eqn = eqn
 
 
+REPEAT_NOTE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): a token's "
+               "repeated expert runs once, at its first choice, with the gate the model summed over its choices")
+REPEAT_NOTE_PER_CHOICE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each "
+                          "(token, choice) runs its expert, as the model's per-choice terms count it")
+
+
 @dataclasses.dataclass
 class Site:
     family: str
@@ -266,6 +272,7 @@ class Analyzer:
             # the choice axis summed inside each (token, expert) term: run a repeated expert once, as the model
             # counts it; a per-(token, choice) term (choice axis kept) counts every choice and needs no mask
             site.first_choice_only = isinstance(jb, (F.Bound, F.Fixed))
+            site.notes.append(REPEAT_NOTE if site.first_choice_only else REPEAT_NOTE_PER_CHOICE)
         site.s_off = s_off
         # labels of the root operands
         op_labels = []
