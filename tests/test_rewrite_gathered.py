@@ -14,16 +14,9 @@ from hypothesis import example, given, settings, strategies as st
 import jax_moe_ffi as jmf
 from jax_moe_ffi import models as M
 
+from helpers import rel, tree_rel
+
 GG = "jax_moe_ffi_grouped_gemm"
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def tree_rel(a, b):
-    return max(rel(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 def gathered_layer(take="index", rows="broadcast", down="after", transposed=False, bias=False, shift=0):

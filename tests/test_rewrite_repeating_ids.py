@@ -21,16 +21,9 @@ import jax_moe_ffi as jmf
 from jax_moe_ffi import models as M
 from jax_moe_ffi.rewrite import emit
 
+from helpers import rel, tree_rel
+
 GG = "jax_moe_ffi_grouped_gemm"
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def tree_rel(a, b):
-    return max(rel(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 def _params(seed, t=24, d=16, f=12, e=6):
