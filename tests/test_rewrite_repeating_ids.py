@@ -255,3 +255,35 @@ def test_capacity_layer_over_repeating_ids_stays_with_its_reason():
     with pytest.warns(RuntimeWarning, match="no MoE site"):
         y = jmf.optimize(fn)(p, x)
     np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+
+
+def _first_tokens_choice(p, x):
+    """Every token gated by whether token 0 chose e (`ids[0:1, j] == e`): a one-row slice of the ids along the
+    token axis is a fixed token, not the token's own choice -- must stay as written."""
+    w, ids, _ = M._router(p, x, 2)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        g = sum(jnp.where(ids[0:1, j] == e, w[:, j], 0.0) for j in range(2))
+        out = out + _expert(p, x, e) * g[:, None]
+    return out
+
+
+def _columns_of_two_routers(p, x):
+    """Column 0 of one router's ids and column 1 of another's (different index arrays): not one constraint."""
+    w, ids, _ = M._router(p, x, 2)
+    _, ids2, _ = M._router(p, -x, 2)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        g = jnp.where(ids[:, 0] == e, w[:, 0], 0.0) + jnp.where(ids2[:, 1] == e, w[:, 1], 0.0)
+        out = out + _expert(p, x, e) * g[:, None]
+    return out
+
+
+@pytest.mark.parametrize("fn", [_first_tokens_choice, _columns_of_two_routers])
+def test_column_gates_that_are_not_the_tokens_own_choice_stay(fn):
+    p, x = _params(15)
+    r = jmf.explain(fn, p, x)
+    assert not r.sites, str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jmf.optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
