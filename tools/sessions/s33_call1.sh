@@ -2,7 +2,8 @@
 # Session 33, call 1: the pass's forms first rewritten without a device (sessions 30-32: Llama 4 scattered logits,
 # reciprocal-mask loops, stacked outputs, rolled fori / scan loops, gathered expert weights, ragged_dot with narrow or
 # mixed dtypes) on the CUDA kernels; then the whole pass test files on the GPU platform (their CPU-marked tests run
-# the CUDA kernels there), the new repeating-ids / column-gate forms (session 33), then every kernel GPU test (library unchanged since session 29: a regression check).
+# the CUDA kernels there; T_FILES seconds), the new repeating-ids / column-gate forms (session 33), then every kernel GPU test (library unchanged since session 29: a regression check;
+# skipped when T_TOTAL seconds are spent).
 set -uo pipefail
 R=/tmp/r1; source tools/sessions/setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
@@ -13,10 +14,10 @@ timeout 200 $PT -m gpu tests/test_rewrite_gathered.py tests/test_rewrite_ragged.
   > $R/pass_gpu_tests.log 2>&1
 echo "pass gpu-marked tests rc=$? at $((SECONDS - T0)) s"; tail -6 $R/pass_gpu_tests.log
 tar czf $OUT_DEV/results.tgz -C $R .
-timeout 150 $PT tests/test_rewrite_ragged.py tests/test_rewrite_repeating_ids.py tests/test_rewrite_gathered.py tests/test_dispatch.py > $R/pass_files_on_gpu.log 2>&1
+timeout ${T_FILES:-150} $PT tests/test_rewrite_ragged.py tests/test_rewrite_repeating_ids.py tests/test_rewrite_gathered.py tests/test_dispatch.py > $R/pass_files_on_gpu.log 2>&1
 echo "ragged + gathered + dispatch files on the GPU platform rc=$? at $((SECONDS - T0)) s"; tail -6 $R/pass_files_on_gpu.log
 tar czf $OUT_DEV/results.tgz -C $R .
-timeout $((420 - (SECONDS - T0))) $PT -m gpu tests/test_gpu_grouped_gemm.py tests/test_quantize.py tests/test_fp8_wgrad.py \
+[ $((${T_TOTAL:-420} - (SECONDS - T0))) -gt 30 ] && timeout $((${T_TOTAL:-420} - (SECONDS - T0))) $PT -m gpu tests/test_gpu_grouped_gemm.py tests/test_quantize.py tests/test_fp8_wgrad.py \
   tests/test_grouped_gemm_fp8.py > $R/kernel_gpu_tests.log 2>&1
 echo "kernel gpu tests rc=$? at $((SECONDS - T0)) s"; tail -6 $R/kernel_gpu_tests.log
 tar czf $OUT_DEV/results.tgz -C $R .
