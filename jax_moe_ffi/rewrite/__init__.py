@@ -18,7 +18,7 @@ import numpy as np
 
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite.interp import Plan, run
-from jax_moe_ffi.rewrite.ir import program_from_closed, source_line
+from jax_moe_ffi.rewrite.ir import program_from_closed, scan_split, source_line
 from jax_moe_ffi.rewrite.report import MissReport, Report, SiteReport
 
 __all__ = ["optimize", "explain", "Report", "SiteReport", "MissReport"]
@@ -271,7 +271,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
         for e, subs in p.subplans.items():
             h = _interp.hoistable_fp8_inputs(subs[0]) if e.kind == "scan" else {}
             if h:  # the carry's weights change every iteration: those stay in the body
-                nc, nk = _interp._scan_split(e.params, e.ins)
+                nc, nk = scan_split(e.params, e.ins)
                 h = [i for i in h if i < nc or i >= nc + nk]
                 if h:
                     hoisted.append((p.path + "scan/", len(h)))
@@ -326,7 +326,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
     for p in plan.all_plans():
         for e, subs in p.subplans.items():
             if e.kind == "scan" and any(q.has_sites() for q in subs):
-                nc, nk = _interp._scan_split(e.params, e.ins)
+                nc, nk = scan_split(e.params, e.ins)
                 nbytes = lambda vs: sum(int(np.prod(v.aval.shape)) * np.dtype(v.aval.dtype).itemsize for v in vs
                                         if jax.numpy.issubdtype(v.aval.dtype, jax.numpy.inexact))
                 scans.append((p.path + "scan/", nbytes(e.outs[nk:]), nbytes(e.ins[nc + nk:])))

@@ -21,7 +21,7 @@ from jax_moe_ffi.rewrite import gathered as GD
 from jax_moe_ffi.rewrite import ragged as RG
 from jax_moe_ffi.rewrite import facts as F
 from jax_moe_ffi.rewrite.facts import Facts
-from jax_moe_ffi.rewrite.ir import MAX_UNROLL, Lit, Var, program_from_closed, source_line
+from jax_moe_ffi.rewrite.ir import MAX_UNROLL, Lit, Var, program_from_closed, scan_split, source_line
 from jax_moe_ffi.rewrite.match import Analyzer, upstream
 
 
@@ -542,14 +542,6 @@ def _stacked_reader(site, read):
     return read_stacked
 
 
-def _scan_split(p, vals):
-    """(num_consts, num_carry) of a scan: explicit params up to jax 0.10, a flat-tree `ft_in` from 0.11."""
-    if "num_consts" in p:
-        return p["num_consts"], p["num_carry"]
-    consts, carry, _ = (list(t) for t in p["ft_in"].update(list(vals)).unpack())
-    return len(consts), len(carry)
-
-
 def remat_prevent_cse(model_prevent_cse: bool, in_loop_body: bool, options) -> bool:
     """prevent_cse for a jax.checkpoint region the pass rebuilds. JAX implements prevent_cse=True with an
     optimization barrier on every input of the backward's recompute; in a scanned layer those inputs include
@@ -611,7 +603,7 @@ def _structured(e, subs, vals, in_loop_body=False, fp8_in=None):
     if e.kind == "scan":
         from jax_moe_ffi.ops.grouped_gemm_fp8 import Fp8Weights, quantize_weights
         sp = subs[0]
-        nc, nk = _scan_split(p, vals)
+        nc, nk = scan_split(p, vals)
         consts, init, xs = vals[:nc], vals[nc:nc + nk], vals[nc + nk:]
         hoist = hoistable_fp8_inputs(sp)
         const_fp8 = {}  # body invar index -> Fp8Weights: a const weight, quantised once

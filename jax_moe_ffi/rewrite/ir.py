@@ -354,6 +354,14 @@ def _emit(prim, params, ins, outs, eqn, unit, exec_eqns, flat):
     return q
 
 
+def scan_split(params, ins):
+    """(num_consts, num_carry) of a scan: explicit params up to jax 0.10, a flat-tree `ft_in` from 0.11."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = (list(t) for t in params["ft_in"].update(list(ins)).unpack())
+    return len(consts), len(carry)
+
+
 def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
     """A `scan` translated as its iterations in order: iteration i reads row i of each xs (a `slice` +
     `squeeze`, or a literal when the xs is a literal or an `iota`, e.g. `jnp.arange(E)`), the carry flows from
@@ -362,7 +370,7 @@ def _unroll_scan(eqn, ins, unit, ctx, exec_eqns, flat):
     iteration, and with it the `dynamic_slice`s it indexes (folded to `slice`s): what an unrolled Python loop
     over the experts looks like."""
     p = eqn.params
-    nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+    (nc, nk), length = scan_split(p, ins), p["length"]
     bj = p["jaxpr"].jaxpr
     bconsts = [Lit(c, v.aval) for c, v in zip(p["jaxpr"].consts, bj.constvars)]
     consts, carry, xs = list(ins[:nc]), list(ins[nc:nc + nk]), list(ins[nc + nk:])

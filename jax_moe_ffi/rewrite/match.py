@@ -20,7 +20,7 @@ import heapq
 import numpy as np
 
 from jax_moe_ffi.rewrite import facts as F
-from jax_moe_ffi.rewrite.ir import Lit, Var, source_line
+from jax_moe_ffi.rewrite.ir import Lit, Var, scan_split, source_line
 
 REGION_OPS = F.ELEMENTWISE | {"broadcast_in_dim", "reshape", "squeeze", "transpose", "dot_general", "slice",
                               "dynamic_slice", "concatenate", "pad", "split", "iota", "optimization_barrier",
@@ -988,7 +988,7 @@ class Analyzer:
                             "rewritten")
                 elif stacked and e.kind == "scan" and any(
                         isinstance(x, Var) and self._from_router(x)
-                        for x in e.ins[e.params["num_consts"] + e.params["num_carry"]:]):
+                        for x in e.ins[sum(scan_split(e.params, e.ins)):]):
                     note(e, "per-token loop (lax.scan over the tokens, each step indexing the stacked expert weights "
                             "by that token's ids): not rewritten (the all-experts einsum weighted by the gate, a loop "
                             "over the experts, or jax.lax.ragged_dot on rows sorted by expert are)")
