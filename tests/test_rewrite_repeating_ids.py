@@ -5,8 +5,8 @@ masked, and concatenates them into [T, 2] ids: unlike lax.top_k's, the two may c
 -inf). A gate summed over the choices (`sum_j where(ids[:, j] == e, w[:, j], 0)`, or a one-hot sum) then gives a
 repeated expert once, with both weights: the rewrite runs a token's first choice of each expert only
 (emit.first_choices). A term kept per (token, choice) counts every choice, as the model does, and needs no mask.
-These tests force repeats (a second argmax that often agrees with the first) so that a missing or a wrong mask
-fails them.
+These tests force repeats (the second argmax equal to the first in half the tokens) so that a missing or a wrong
+mask fails them.
 """
 from functools import partial
 
@@ -32,16 +32,15 @@ def _params(seed, t=24, d=16, f=12, e=6):
 
 
 def _two_argmax(p, x, repeat):
-    """[T, 2] ids by two argmaxes and their softmax weights. repeat=True: the second argmax is over the scores
-    plus a small perturbation (about half the tokens choose the same expert twice); else over the scores with
-    the first masked (PhiMoE: distinct unless every other score is -inf)."""
+    """[T, 2] ids by two argmaxes and their softmax weights. The second argmax is over the scores with the first
+    masked (PhiMoE: distinct unless every other score is -inf); repeat=True leaves the even tokens' scores unmasked,
+    so that half the tokens choose the same expert twice."""
     s = x @ p["router"]
     t = s.shape[0]
     first = jnp.argmax(s, axis=-1, keepdims=True)
+    second_scores = s.at[jnp.arange(t), first[:, 0]].set(-jnp.inf)
     if repeat:
-        second_scores = s + 0.3 * jnp.sin(7.0 * s)
-    else:
-        second_scores = s.at[jnp.arange(t), first[:, 0]].set(-jnp.inf)
+        second_scores = jnp.where((jnp.arange(t) % 2 == 0)[:, None], s, second_scores)
     second = jnp.argmax(second_scores, axis=-1)[:, None]
     w = jnp.concatenate([jnp.take_along_axis(jax.nn.softmax(s, -1), first, -1),
                          jnp.take_along_axis(jax.nn.softmax(second_scores, -1), second, -1)], axis=-1)
@@ -117,7 +116,7 @@ def test_repeating_ids_rewritten_exactly(name):
     p, x = _params(seed)
     _, ids = _two_argmax(p, x, True)
     repeats = int(np.sum(np.asarray(ids[:, 0] == ids[:, 1])))
-    assert 0 < repeats < x.shape[0], (seed, repeats)  # the test data must exercise both cases
+    assert repeats == x.shape[0] // 2, (seed, repeats)  # the test data must exercise both cases
     r = jmf.explain(fn, p, x)
     assert len(r.sites) == 1 and not r.misses, str(r)
     once = "per_choice" not in name
