@@ -218,15 +218,6 @@ def _column_of_another_token(p, x):
     return out
 
 
-def test_column_gate_of_shifted_ids_stays():
-    p, x = _params(12)
-    r = jmf.explain(_column_of_another_token, p, x)
-    assert not r.sites, str(r)
-    with pytest.warns(RuntimeWarning, match="no MoE site"):
-        y = jmf.optimize(_column_of_another_token)(p, x)
-    np.testing.assert_array_equal(np.asarray(y), np.asarray(_column_of_another_token(p, x)))
-
-
 @pytest.mark.gpu
 def test_gpu_bf16_repeating_ids_run_the_cuda_kernels():
     p, x = _params(13, t=512, d=256, f=128, e=8)
@@ -278,7 +269,7 @@ def _columns_of_two_routers(p, x):
     return out
 
 
-@pytest.mark.parametrize("fn", [_first_tokens_choice, _columns_of_two_routers])
+@pytest.mark.parametrize("fn", [_column_of_another_token, _first_tokens_choice, _columns_of_two_routers])
 def test_column_gates_that_are_not_the_tokens_own_choice_stay(fn):
     p, x = _params(15)
     r = jmf.explain(fn, p, x)
