@@ -277,3 +277,26 @@ def test_column_gates_that_are_not_the_tokens_own_choice_stay(fn):
     with pytest.warns(RuntimeWarning, match="no MoE site"):
         y = jmf.optimize(fn)(p, x)
     np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+
+
+def _argmaxes_over_different_expert_counts(p, x):
+    """Two argmaxes concatenated, the second over E + 2 columns (ids up to E + 1): not one id array over the
+    same experts -- stays as written, reported (match._assembled_ids)."""
+    s = x @ p["router"]
+    wide = jnp.concatenate([s, s[:, :2]], axis=1)
+    ids = jnp.concatenate([jnp.argmax(s, -1, keepdims=True), jnp.argmax(wide, -1, keepdims=True)], -1)
+    w = jax.nn.softmax(s, -1)[:, :2]
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        g = sum(jnp.where(ids[:, j] == e, w[:, j], 0.0) for j in range(2))
+        out = out + _expert(p, x, e) * g[:, None]
+    return out
+
+
+def test_ids_assembled_over_different_expert_counts_are_a_near_miss():
+    p, x = _params(16)
+    r = jmf.explain(_argmaxes_over_different_expert_counts, p, x)
+    assert not r.sites and any("assembled from several routers" in m.reason for m in r.misses), str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jmf.optimize(_argmaxes_over_different_expert_counts)(p, x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(_argmaxes_over_different_expert_counts(p, x)))

@@ -27,7 +27,8 @@ reason (tests/models/test_maxtext.py); both are fixed now and kept as regression
 2. `scan_over_moe_layers`: on jax >= 0.11 (the version MaxText 0.2.5 needs; jax 0.11.2 here) the `scan`
    primitive's params are {reverse, length, jaxpr, ft_in, ft_out, unroll} -- no `num_consts` / `num_carry`.
    `explain` found the site inside the scan, but running `optimize(fn)` raised KeyError: 'num_consts' in
-   the scan case of jax_moe_ffi/rewrite/interp.py. FIXED (interp._scan_split reads `ft_in` on jax >= 0.11);
+   the scan case of jax_moe_ffi/rewrite/interp.py. FIXED (ir.scan_split reads `ft_in` on jax >= 0.11; the
+   rolled-loop reading in ir._unroll_scan still read num_consts until session 33);
    kept as a regression reproducer, and test_capacity_path_under_jit_scan_and_remat now checks it fully.
 """
 from __future__ import annotations
