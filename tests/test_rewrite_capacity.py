@@ -323,32 +323,6 @@ def _check_bf16_capacity_form(layer):
     assert _rel(np.asarray(out, np.float32), ref) <= 2e-2
 
 
-def test_two_argmax_top2_is_a_near_miss_with_its_reason():
-    """Praxis-style top-2 by two argmaxes (the second over the gates with the first masked out): the gate is a
-    sum of two one-hots over different index arrays. Not rewritten; explain says why; optimize keeps the values."""
-    rng = np.random.default_rng()
-    e, d, f = 4, 8, 12
-    params = _flaxformer_params(rng, d, f, e)
-    x = jnp.asarray(rng.standard_normal((16, d)), jnp.float32)
-
-    def layer(p, x):
-        g = jax.nn.softmax(x @ p["router"], axis=-1)
-        i1 = jnp.argmax(g, axis=-1)
-        m1 = jax.nn.one_hot(i1, e)
-        i2 = jnp.argmax(g * (1.0 - m1), axis=-1)
-        gate = g * m1 + g * jax.nn.one_hot(i2, e)  # [T, E], two nonzeros per row
-        h = jax.nn.gelu(jnp.einsum("td,edf->tef", x, p["wi"]) + p["bi"])
-        return jnp.einsum("tef,efd,te->td", h, p["wo"], gate)
-
-    report = jax_moe_ffi.explain(layer, params, x)
-    assert report.sites == []
-    assert any("sum of one-hot terms over different index arrays" in m.reason for m in report.misses), report
-    with pytest.warns(RuntimeWarning):
-        opt = jax_moe_ffi.optimize(layer)
-        out = opt(params, x)
-    assert _rel(out, layer(params, x)) <= 1e-6
-
-
 def test_unit_label_merge_only_for_token_coordinates():
     """match._merge_unit_labels: a size-1 axis left unlabeled by one use takes the other use's token label
     (its coordinate has one value); an expert or slot label on a size-1 axis (a loop site's w[e] slice) or two

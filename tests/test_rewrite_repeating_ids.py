@@ -90,9 +90,41 @@ def dense_per_choice(p, x, repeat=True):  # each choice's expert output picked, 
     return jnp.sum(picked * w[..., None], axis=1)
 
 
+def _argmaxes(p, x, repeat, n=2):
+    """n separate [T] id arrays by argmaxes, each over the scores with the earlier choices masked (Praxis' top-2
+    gating when n = 2), and their softmax weights; repeat=True leaves the even tokens' scores unmasked (those
+    tokens choose one expert n times)."""
+    scores = x @ p["router"]
+    t = scores.shape[0]
+    ws, ids = [], []
+    for _ in range(n):
+        i = jnp.argmax(scores, axis=-1)
+        ws.append(jnp.take_along_axis(jax.nn.softmax(scores, -1), i[:, None], -1)[:, 0])
+        ids.append(i)
+        masked = scores.at[jnp.arange(t), i].set(-jnp.inf)
+        scores = jnp.where((jnp.arange(t) % 2 == 0)[:, None], scores, masked) if repeat else masked
+    return ws, ids
+
+
+def dense_separate_one_hots(p, x, repeat=True, n=2):  # `w1 * one_hot(i1) + w2 * one_hot(i2)`: no id array at all
+    ws, ids = _argmaxes(p, x, repeat, n)
+    gate = sum(w[:, None] * jax.nn.one_hot(i, p["w_gate"].shape[0]) for w, i in zip(ws, ids))
+    return jnp.einsum("ted,te->td", _all_experts(p, x), gate)
+
+
+def loop_separate_wheres(p, x, repeat=True):  # per expert: `where(i1 == e, w1, 0) + where(i2 == e, w2, 0)`
+    (w1, w2), (i1, i2) = _argmaxes(p, x, repeat)
+    out = jnp.zeros_like(x)
+    for e in range(p["w_gate"].shape[0]):
+        out = out + _expert(p, x, e) * (jnp.where(i1 == e, w1, 0.0) + jnp.where(i2 == e, w2, 0.0))[:, None]
+    return out
+
+
 FORMS = {"loop_column_gate": loop_column_gate, "loop_whole_ids_gate": loop_whole_ids_gate,
          "dense_one_hot_gate": dense_one_hot_gate, "dense_three_operand_einsum": dense_three_operand_einsum,
-         "dense_per_choice": dense_per_choice}
+         "dense_per_choice": dense_per_choice, "dense_separate_one_hots": dense_separate_one_hots,
+         "dense_three_separate_argmaxes": partial(dense_separate_one_hots, n=3),
+         "loop_separate_wheres": loop_separate_wheres}
 
 
 def test_first_choices():
@@ -133,7 +165,8 @@ def test_repeating_ids_rewritten_exactly(name):
     assert tree_rel(g1, g0) < 1e-5, seed
 
 
-@pytest.mark.parametrize("name", ["loop_column_gate", "dense_one_hot_gate"])
+@pytest.mark.parametrize("name", ["loop_column_gate", "dense_one_hot_gate", "dense_separate_one_hots",
+                                  "loop_separate_wheres"])
 def test_gate_summed_over_choices_needs_the_first_choice_mask(name, monkeypatch):
     """Without the mask a repeated expert is run twice with its summed gate: the rewrite must differ then
     (this is what the mask is for, and what makes the test above able to fail)."""
@@ -223,7 +256,7 @@ def test_gpu_bf16_repeating_ids_run_the_cuda_kernels():
     p, x = _params(13, t=512, d=256, f=128, e=8)
     pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
     xb = x.astype(jnp.bfloat16)
-    for fn in (loop_column_gate, dense_one_hot_gate):
+    for fn in (loop_column_gate, dense_one_hot_gate, dense_separate_one_hots):
         of = jax.jit(jmf.optimize(fn))
         assert f'custom_call_target="{GG}"' in of.lower(pb, xb).compile().as_text()
         want = fn(p, x)
@@ -300,3 +333,42 @@ def test_ids_assembled_over_different_expert_counts_are_a_near_miss():
     with pytest.warns(RuntimeWarning, match="no MoE site"):
         y = jmf.optimize(_argmaxes_over_different_expert_counts)(p, x)
     np.testing.assert_array_equal(np.asarray(y), np.asarray(_argmaxes_over_different_expert_counts(p, x)))
+
+
+def _separate_argmaxes_over_different_expert_counts(p, x):
+    """`g * one_hot(i1, E) + g * one_hot(i2, E)` with i2 an argmax over E + 2 columns: the two arrays do not range
+    over the same experts, so they are not read as one id array -- stays as written, with its reason."""
+    g = jax.nn.softmax(x @ p["router"], -1)
+    e = g.shape[-1]
+    i1 = jnp.argmax(g, -1)
+    i2 = jnp.argmax(jnp.concatenate([g * (1.0 - jax.nn.one_hot(i1, e)), g[:, :2]], -1), -1)
+    gate = g * jax.nn.one_hot(i1, e) + g * jax.nn.one_hot(i2, e)
+    h = jax.nn.silu(jnp.einsum("td,edf->tef", x, p["w_gate"])) * jnp.einsum("td,edf->tef", x, p["w_up"])
+    return jnp.einsum("tef,efd,te->td", h, p["w_down"], gate)
+
+
+def test_separate_argmaxes_over_different_expert_counts_are_a_near_miss():
+    p, x = _params(17)
+    fn = _separate_argmaxes_over_different_expert_counts
+    r = jmf.explain(fn, p, x)
+    assert not r.sites and any("sum of one-hot terms over different index arrays" in m.reason for m in r.misses), \
+        str(r)
+    with pytest.warns(RuntimeWarning, match="no MoE site"):
+        y = jmf.optimize(fn)(p, x)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+
+
+def test_assembled_equations_run_only_where_a_site_reads_them():
+    """ir.assemble_top1 inserts its equations once per program (a second Facts pass reuses them) and the
+    scheduler drops them where no site reads the assembled ids: the program without a site is unchanged."""
+    from jax_moe_ffi.rewrite import facts as F
+    from jax_moe_ffi.rewrite import ir
+    p, x = _params(18)
+    prog = ir.program_from_closed(jax.make_jaxpr(dense_separate_one_hots)(p, x))
+    n0 = len(prog.flat)
+    F.Facts(prog)
+    n1 = len(prog.flat)
+    F.Facts(prog)
+    assert n1 == n0 + 3 and len(prog.flat) == n1 and len(prog.assembled) == 1, (n0, n1, len(prog.flat))
+    (ids,) = prog.assembled.values()
+    assert ids.shape == (x.shape[0], 2) and F.may_repeat(ids, prog)

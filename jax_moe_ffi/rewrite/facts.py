@@ -31,7 +31,7 @@ import dataclasses
 import numpy as np
 from jax import dtypes
 
-from jax_moe_ffi.rewrite.ir import Lit, Var
+from jax_moe_ffi.rewrite.ir import Lit, Var, assemble_top1
 
 # f(0) == 0 unary ops, elementwise
 ZERO_PRESERVING_UNARY = {
@@ -492,7 +492,7 @@ class Facts:
     def __init__(self, prog, seed=None):
         self.prog = prog
         self.f = dict(seed or {})
-        for e in prog.flat:
+        for e in list(prog.flat):  # (a snapshot: _merged_top1 may insert equations)
             try:
                 outs = self._eqn(e)
             except Exception:  # noqa: BLE001  (facts are best-effort; no fact = no rewrite)
@@ -706,7 +706,7 @@ class Facts:
             c0 = nonzero[0].cons
             if c0 and all(t.cons == c0 for t in nonzero):
                 return [Fact(cons=c0, binary=name in ("max", "or") and all(t.binary for t in nonzero))]
-            merged = _merged_columns([t.cons for t in nonzero])
+            merged = _merged_columns([t.cons for t in nonzero]) or self._merged_top1([t.cons for t in nonzero])
             return None if merged is None else [Fact(cons=frozenset({merged}))]
         if name == "select_n":
             return [self._select(ins, fs, omaps[0])]
@@ -1018,6 +1018,42 @@ class Facts:
             if jax_ is not None and set(axes) == {c.xmap[jax_]} and isinstance(c.xmap[jax_], int):
                 return True
         return False
+
+    def _merged_top1(self, cons_sets):
+        """Terms each zero unless one top-1 array (an argmax) equals the category coordinate, a separate array per
+        term (Praxis-style top-2 by two argmaxes: `g * one_hot(i1) + g * one_hot(i2)`), all over the same experts:
+        the sum is zero unless some entry of the id array assembled from them (ir.assemble_top1; its entries may
+        repeat, facts.may_repeat) does -- the constraint over that array with its new choice axis bound. A term
+        already merged so (three argmaxes, added in turn) contributes its arrays. Else None."""
+        if len(cons_sets) < 2 or any(len(cs) != 1 for cs in cons_sets):
+            return None
+        prog = self.prog
+        cs = [next(iter(c)) for c in cons_sets]
+        sources, base = [], None
+        for c in cs:
+            parts = prog.assembled_parts.get(c.src)
+            if parts is not None and c.xmap and isinstance(c.xmap[-1], Bound):
+                xm = c.xmap[:-1]
+            elif parts is None and is_topk_indices(c.src, prog) and topk_info(c.src, prog)[1] is None:
+                parts, xm = (c.src,), c.xmap
+            else:
+                return None
+            if any(isinstance(a, (Bound, Fixed)) for a in xm):
+                return None
+            if base is None:
+                base = (c.cat, c.off, xm)
+            elif base != (c.cat, c.off, xm):
+                return None
+            sources += parts
+        v0 = sources[0]
+        if len(set(sources)) < 2 or any(v.shape != v0.shape or v.dtype != v0.dtype or
+                                        topk_info(v, prog)[0] != topk_info(v0, prog)[0] for v in sources):
+            return None
+        ids = assemble_top1(prog, sources)
+        if ids is None:
+            return None
+        cat, off, xm = base
+        return Con(cat, ids, tuple(xm) + (Bound(),), off)
 
     def dot_product_fact(self, e, out_space=True):
         """Facts of the dot's elementwise product (product axes = out axes + one per contracted pair),

@@ -132,12 +132,58 @@ class Program:
                 if isinstance(a, Var):
                     self.consumers.setdefault(a, []).append(e)
         self.pos = {e: i for i, e in enumerate(flat)}
+        self.assembled = {}  # tuple of top-1 index arrays -> their [..., n] concatenation (assemble_top1)
+        self.assembled_parts = {}  # ... and back
 
     def uses(self, v):
         return self.consumers.get(v, [])
 
     def is_output(self, v):
         return any(o is v for o in self.outvars)
+
+
+def assemble_top1(prog, sources):
+    """The [..., n] int array with the top-1 index arrays `sources` (argmaxes, all of one shape and dtype) along a
+    new last axis, made by equations inserted after the later producer, in its unit (once per program and tuple
+    of sources). The pass reads a gate summed from one-hot terms of separate argmaxes (`g * one_hot(i1) + g *
+    one_hot(i2)`) as one id array whose entries may repeat; the rewritten program reads that array, and the
+    scheduler drops the new equations where no site does. None where the producers sit in different units."""
+    key = tuple(sources)
+    if key in prog.assembled:
+        return prog.assembled[key]
+    producers = [prog.producer.get(v) for v in sources]
+    if any(q is None for q in producers) or len({q.unit for q in producers}) != 1:
+        return None
+    anchor = max(producers, key=lambda q: prog.pos[q])
+    exec_list = prog.eqns if anchor.unit is None else anchor.unit.body
+    if anchor not in exec_list:
+        return None
+    nd = sources[0].ndim
+    # traced rather than written by hand: the primitives' parameters change between jax versions
+    cj = jax.make_jaxpr(lambda *xs: lax.concatenate([lax.expand_dims(x, (nd,)) for x in xs], nd))(
+        *[jax.ShapeDtypeStruct(v.shape, v.dtype) for v in sources])
+    env = dict(zip(cj.jaxpr.invars, sources))
+    made = []
+    for eqn in cj.jaxpr.eqns:
+        outs = [Var(o.aval) for o in eqn.outvars]
+        q = Eqn(eqn.primitive, eqn.params, [env[a] for a in eqn.invars], outs, anchor.src, anchor.ctx)
+        q.unit, q.callers, q.unrolled, q.iteration = anchor.unit, anchor.callers, anchor.unrolled, anchor.iteration
+        env.update(zip(eqn.outvars, outs))
+        made.append(q)
+    out = env[cj.jaxpr.outvars[0]]
+    at = exec_list.index(anchor) + 1
+    exec_list[at:at] = made
+    at = prog.flat.index(anchor) + 1
+    prog.flat[at:at] = made
+    for q in made:
+        for o in q.outs:
+            prog.producer[o] = q
+        for a in q.ins:
+            prog.consumers.setdefault(a, []).append(q)
+    prog.pos = {e: i for i, e in enumerate(prog.flat)}
+    prog.assembled[key] = out
+    prog.assembled_parts[out] = key
+    return out
 
 
 def program_from_closed(cj, consts=None, unroll=frozenset()) -> Program:

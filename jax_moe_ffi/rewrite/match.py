@@ -926,9 +926,10 @@ class Analyzer:
                 reason = ("no k-sparse gate: the expert-stacked contraction is combined with dense weights "
                           "(no top_k/approx_top_k/argmax in the function; soft/dense MoE keeps its meaning)")
             elif self._sum_of_choices(e):
-                reason = ("the gate / dispatch tensor is a sum of one-hot terms over different index arrays (one "
-                          "per choice, e.g. two argmaxes as in Praxis' top-2 gating): each term is sparse, the sum is "
-                          "not proven to be one top-k; an expert-id array from lax.top_k(gates, k) is")
+                reason = ("the gate / dispatch tensor is a sum of one-hot terms over different index arrays that "
+                          "are not read as one id array (argmaxes over different expert counts, top-k arrays, "
+                          "terms with a capacity slot): each term is sparse, the sum is not proven to be one top-k; "
+                          "argmaxes over the same experts, or an id array from lax.top_k(gates, k), are")
             else:
                 reason = ("expert-stacked contraction whose reduction over experts is not provably "
                           "weighted by a top_k-sparse gate")
