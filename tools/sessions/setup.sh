@@ -6,3 +6,13 @@ OUT_DEV=$OUT
 OUT=$R bash tools/device_session.sh none > "$R/setup.log" 2>&1 || { tail -20 "$R/setup.log"; exit 1; }
 export PYTHONPATH=/tmp/site JAX_MOE_FFI_CUDA_LIB=$PWD/.gpu/libjax_moe_ffi_cuda.so PYTHONUNBUFFERED=1
 export JMF_GIT_COMMIT=${JMF_GIT_COMMIT:-unknown}
+PT="python3 -m pytest -q --tb=short -p no:cacheprovider --timeout 150 -rf"
+T0=$SECONDS
+# step NAME SECONDS PYTEST_ARGS...: a pytest run with its own limit, given SIGINT there (so pytest still prints its
+# summary and the failures' tracebacks), its log in $R/NAME.log, the results tarred after each step.
+step() {
+  local name=$1 secs=$2; shift 2
+  timeout -s INT -k 15 "$secs" $PT "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? at $((SECONDS - T0)) s"; tail -8 "$R/$name.log"
+  tar czf "$OUT_DEV/results.tgz" -C "$R" .
+}
