@@ -381,12 +381,20 @@ def _top1_squeezed(v, prog):
     return t
 
 
+def outer_value(v, prog):
+    """(value, program) of the enclosing program that a body's input `v` is, passed in unchanged (jax.checkpoint's
+    inputs, a cond branch's operands, a scan's constants: Plan sets prog.outer), else None. Top-k ids made
+    outside such a body and read inside it keep what makes them ids: distinct and in range."""
+    return getattr(prog, "outer", {}).get(v) if isinstance(v, Var) and v not in prog.producer else None
+
+
 def is_topk_indices(v, prog):
     """Indices of the k largest scores (top_k, approx_top_k; argmax = top-1; a slice of jnp.argsort;
     top_k's k = 1 indices without their choice axis): distinct, in range."""
     e = prog.producer.get(v)
     if e is None:
-        return False
+        o = outer_value(v, prog)
+        return o is not None and is_topk_indices(*o)
     if e.name == "argmax":
         return len(e.params["axes"]) == 1
     if e.name == "slice":
@@ -402,6 +410,8 @@ def _assembled(v, prog):
     the second over the scores with the first masked): every entry in range, but the entries of one token may
     repeat (the two argmaxes coincide when every other score is -inf). Else None."""
     e = prog.producer.get(v)
+    if e is None and outer_value(v, prog) is not None:
+        return _assembled(*outer_value(v, prog))
     if e is None or e.name != "concatenate" or len(e.ins) < 2:
         return None
     ax = e.params["dimension"]
@@ -458,6 +468,8 @@ def is_router_eqn(e, prog):
 def topk_info(v, prog):
     """(E, j_axis, b_axes) of a top_k index array (or one assembled from several); j_axis is None for argmax
     (k = 1, no choice axis)."""
+    if v not in prog.producer and outer_value(v, prog) is not None:
+        return topk_info(*outer_value(v, prog))
     e = prog.producer[v]
     if e.name == "concatenate":
         n, ax = _assembled(v, prog)

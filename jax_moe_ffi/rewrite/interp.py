@@ -59,6 +59,7 @@ class Plan:
         routed = outer_router or any(F.is_router_eqn(e, prog) for e in prog.flat)
         for e in prog.flat:
             if e.subs and e.kind in ("scan", "remat", "cond", "while", "shard_map"):
+                _link_outer_values(e, prog)
                 self.subplans[e] = [Plan(sp, mode, f"{path}{e.kind}[{i}]/" if len(e.subs) > 1 else
                                          f"{path}{e.kind}/", self.options, in_unit or e.unit is not None,
                                          e.kind in ("scan", "while"), routed)
@@ -217,6 +218,24 @@ class Plan:
 
     def all_misses(self):
         return [m for p in self.all_plans() for m in p.misses]
+
+
+def _link_outer_values(e, prog):
+    """Marks a structured node's body inputs that are its operands unchanged (facts.outer_value): every input of
+    a jax.checkpoint body, a cond branch's operands (after the branch index), a scan's constants. Not a scan's
+    carry or sliced inputs, a while loop's or a shard_map's (a per-device block)."""
+    if e.kind == "remat":
+        pairs = [(e.subs[0], e.ins)]
+    elif e.kind == "cond":
+        pairs = [(sp, e.ins[1:]) for sp in e.subs]
+    elif e.kind == "scan":
+        pairs = [(e.subs[0], e.ins[:scan_split(e.params, e.ins)[0]])]
+    else:
+        return
+    for sp, outer in pairs:
+        for inner, v in zip(sp.invars, outer):
+            if isinstance(v, Var) and tuple(inner.shape) == tuple(v.shape) and inner.dtype == v.dtype:
+                sp.outer[inner] = (v, prog)
 
 
 def site_requires(s):

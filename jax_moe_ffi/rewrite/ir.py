@@ -133,6 +133,7 @@ class Program:
                     self.consumers.setdefault(a, []).append(e)
         self.pos = {e: i for i, e in enumerate(flat)}
         self.assembled = {}  # tuple of top-1 index arrays -> their [..., n] concatenation (assemble_top1)
+        self.outer = {}  # input Var -> (Var, Program): the enclosing program's value it is (facts.outer_value)
         self.assembled_parts = {}  # ... and back
 
     def uses(self, v):
@@ -151,12 +152,14 @@ def assemble_top1(prog, sources):
     key = tuple(sources)
     if key in prog.assembled:
         return prog.assembled[key]
-    producers = [prog.producer.get(v) for v in sources]
-    if any(q is None for q in producers) or len({q.unit for q in producers}) != 1:
+    made_here = [q for q in (prog.producer.get(v) for v in sources) if q is not None]
+    if len({q.unit for q in made_here}) > 1 or (len(made_here) < len(sources) and made_here and
+                                                made_here[0].unit is not None):
         return None
-    anchor = max(producers, key=lambda q: prog.pos[q])
-    exec_list = prog.eqns if anchor.unit is None else anchor.unit.body
-    if anchor not in exec_list:
+    # after the later argmax; at the start where every source is an input of this (body) program
+    anchor = max(made_here, key=lambda q: prog.pos[q]) if made_here else None
+    exec_list = prog.eqns if anchor is None or anchor.unit is None else anchor.unit.body
+    if anchor is not None and anchor not in exec_list:
         return None
     nd = sources[0].ndim
     # traced rather than written by hand: the primitives' parameters change between jax versions
@@ -166,14 +169,17 @@ def assemble_top1(prog, sources):
     made = []
     for eqn in cj.jaxpr.eqns:
         outs = [Var(o.aval) for o in eqn.outvars]
-        q = Eqn(eqn.primitive, eqn.params, [env[a] for a in eqn.invars], outs, anchor.src, anchor.ctx)
-        q.unit, q.callers, q.unrolled, q.iteration = anchor.unit, anchor.callers, anchor.unrolled, anchor.iteration
+        q = Eqn(eqn.primitive, eqn.params, [env[a] for a in eqn.invars], outs,
+                eqn.source_info if anchor is None else anchor.src, eqn.ctx if anchor is None else anchor.ctx)
+        if anchor is not None:
+            q.unit, q.callers, q.unrolled, q.iteration = anchor.unit, anchor.callers, anchor.unrolled, \
+                anchor.iteration
         env.update(zip(eqn.outvars, outs))
         made.append(q)
     out = env[cj.jaxpr.outvars[0]]
-    at = exec_list.index(anchor) + 1
+    at = 0 if anchor is None else exec_list.index(anchor) + 1
     exec_list[at:at] = made
-    at = prog.flat.index(anchor) + 1
+    at = 0 if anchor is None else prog.flat.index(anchor) + 1
     prog.flat[at:at] = made
     for q in made:
         for o in q.outs:
