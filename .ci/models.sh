@@ -53,9 +53,11 @@ stamp "pytest tests/models"
 if [ "$rc" -eq 5 ]; then echo "models.sh: pytest collected no tests"; exit 1; fi
 # The pass on the jaxpr structures whose parameters change between jax releases (scan / fori_loop / while / cond /
 # remat / shard_map: jax 0.11's scan replaced num_consts / num_carry by a flat tree, which broke the rolled-loop
-# reading until session 33): the main tests run jax 0.10 (Python 3.11), this venv the H200's 0.11.2. ~2 min.
-python -m pytest -q -p no:cacheprovider tests/test_rewrite.py tests/test_pass_runtime.py \
-  -k "scan or fori or rolled or while or cond or checkpoint or shard_map or remat or map" || rc=1
+# reading until session 33; ir.assemble_top1 traces its equations with the installed jax): the main tests run
+# jax 0.10 (Python 3.11), this venv the H200's 0.11.2. ~3 min.
+python -m pytest -q -p no:cacheprovider tests/test_rewrite.py tests/test_pass_runtime.py tests/test_rewrite_outer_router.py \
+  tests/test_rewrite_repeating_ids.py \
+  -k "scan or fori or rolled or while or cond or checkpoint or shard_map or remat or map or outside or separate" || rc=1
 stamp "pytest pass structures on jax $(python -c 'import jax; print(jax.__version__)')"
 echo "models.sh: done in $(( $(date +%s) - t0 )) s (rc=$rc)"
 exit "$rc"
