@@ -21,7 +21,7 @@ import jax_moe_ffi as jmf
 from jax_moe_ffi import models as M
 from jax_moe_ffi.rewrite import emit
 
-from helpers import rel, tree_rel
+from helpers import assert_stays_as_written, rel, tree_rel
 
 GG = "jax_moe_ffi_grouped_gemm"
 
@@ -304,12 +304,7 @@ def _columns_of_two_routers(p, x):
 
 @pytest.mark.parametrize("fn", [_column_of_another_token, _first_tokens_choice, _columns_of_two_routers])
 def test_column_gates_that_are_not_the_tokens_own_choice_stay(fn):
-    p, x = _params(15)
-    r = jmf.explain(fn, p, x)
-    assert not r.sites, str(r)
-    with pytest.warns(RuntimeWarning, match="no MoE site"):
-        y = jmf.optimize(fn)(p, x)
-    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+    assert_stays_as_written(fn, *_params(15))
 
 
 def _argmaxes_over_different_expert_counts(p, x):
@@ -348,14 +343,8 @@ def _separate_argmaxes_over_different_expert_counts(p, x):
 
 
 def test_separate_argmaxes_over_different_expert_counts_are_a_near_miss():
-    p, x = _params(17)
-    fn = _separate_argmaxes_over_different_expert_counts
-    r = jmf.explain(fn, p, x)
-    assert not r.sites and any("sum of one-hot terms over different index arrays" in m.reason for m in r.misses), \
-        str(r)
-    with pytest.warns(RuntimeWarning, match="no MoE site"):
-        y = jmf.optimize(fn)(p, x)
-    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+    assert_stays_as_written(_separate_argmaxes_over_different_expert_counts, *_params(17),
+                            reason="sum of one-hot terms over different index arrays")
 
 
 def test_assembled_equations_run_only_where_a_site_reads_them():
