@@ -251,6 +251,17 @@ def _aliases(prog, v):
     return same
 
 
+def _bound_sources(prog, source, value):
+    """{variable: its value} for `source` bound to `value` and their aliases; where `source` is an id array the pass
+    assembled from separate argmaxes (ir.assemble_top1), which the model itself does not read, each argmax (and its
+    aliases) is bound to its column of `value` too."""
+    value = np.asarray(value)
+    out = {x: value for x in _aliases(prog, source)}
+    for j, part in enumerate(prog.assembled_parts.get(source, ())):
+        out.update({x: value[..., j].astype(part.dtype) for x in _aliases(prog, part)})
+    return out
+
+
 def _random_leaf(x, rng):
     """A random value for an input of the program (a concrete stand-in for the model's weights and tokens)."""
     dt = np.dtype(x.dtype)
@@ -268,7 +279,8 @@ def _may_nonzero(prog, v, source, value, limit=4000, rng=None):
     """v's may-be-nonzero pattern with `source` (and its aliases) bound to `value`; None when the sub-program
     is too big. The program's inputs are unknown (may be anything), or with `rng` random stand-ins (then the
     pattern is v's actual nonzero pattern for those inputs)."""
-    sources = _aliases(prog, source)
+    bound = _bound_sources(prog, source, value)
+    sources = set(bound)
     order, seen, stack = [], set(), [v]
     while stack:  # the equations v needs, leaves excluded
         x = stack.pop()
@@ -282,7 +294,7 @@ def _may_nonzero(prog, v, source, value, limit=4000, rng=None):
             return None
         order.append(e)
         stack.extend(a for a in e.ins if isinstance(a, Var))
-    env = {x: ("c", np.asarray(value)) for x in sources}
+    env = {x: ("c", val) for x, val in bound.items()}
     lit_env = {}
 
     def get(x):
@@ -323,9 +335,11 @@ def _may_nonzero(prog, v, source, value, limit=4000, rng=None):
     return _nz((kind, val))
 
 
-def _routing_probes(shape, num_experts, rng):
+def _routing_probes(shape, num_experts, rng, repeats=False):
     """Expert ids a router can produce (distinct experts within a token, as top-k gives) that crowd experts:
-    every token on the same k experts (in both choice orders), a Zipf-skewed draw and a uniform one."""
+    every token on the same k experts (in both choice orders), a Zipf-skewed draw and a uniform one. With
+    `repeats` (ids assembled from separate argmaxes, which may coincide), also ids that repeat: every token on
+    expert 0 for every choice, and the uniform draw with every other token's last choice equal to its first."""
     t, k = int(np.prod(shape[:-1])), shape[-1]
     if k > num_experts:
         return []
@@ -333,7 +347,12 @@ def _routing_probes(shape, num_experts, rng):
     gumbel = -np.log(-np.log(rng.random((t, num_experts))))
     skew = np.argsort(-(gumbel - 1.5 * np.log1p(np.arange(num_experts))), axis=1)[:, :k]
     uniform = np.argsort(rng.random((t, num_experts)), axis=1)[:, :k]
-    return [p.reshape(shape) for p in (same, same[:, ::-1], skew, uniform)]
+    out = [same, same[:, ::-1], skew, uniform]
+    if repeats:
+        mixed = uniform.copy()
+        mixed[::2, -1] = mixed[::2, 0]
+        out += [np.zeros((t, k), np.int64), mixed]
+    return [p.reshape(shape) for p in out]
 
 
 def one_token_per_slot(site, prog):
@@ -362,7 +381,7 @@ def one_token_per_slot(site, prog):
         return bool(np.any(np.sum(pat, axis=contracted) > 1))
 
     rng = np.random.default_rng(1)
-    probes = _routing_probes(_pair_shape(site), site.E, rng)
+    probes = _routing_probes(_pair_shape(site), site.E, rng, repeats=site.first_cell_only)
     if not probes:
         return False, "cannot check one token per (expert, slot): more choices per token than experts"
     unsure = 0

@@ -83,12 +83,16 @@ def route(ids, num_experts, keep=None, x=None):
     return (None if x is None else dispatch_rows(x, routing)), routing
 
 
-def first_choices(ids):
+def first_choices(ids, slots=None):
     """keep[t, j]: ids[t, j] differs from the token's earlier choices ids[t, :j] (ids that may repeat: a
-    repeated expert is run once, with the gate the model summed over its choices)."""
+    repeated expert is run once, with the gate the model summed over its choices); with `slots` [T, k], the
+    (expert, slot) cell differs from the earlier choices' cells."""
     k = ids.shape[1]
     earlier = jnp.arange(k)[None, :] < jnp.arange(k)[:, None]  # [j, i]: i < j
-    return ~jnp.any((ids[:, :, None] == ids[:, None, :]) & earlier[None], axis=-1)
+    same = ids[:, :, None] == ids[:, None, :]
+    if slots is not None:
+        same = same & (slots[:, :, None] == slots[:, None, :])
+    return ~jnp.any(same & earlier[None], axis=-1)
 
 
 def regroup(routing, k):
@@ -668,6 +672,8 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         keep = _exact_keep(site, pe, pc, p).reshape(t, k)
     if site.first_choice_only:
         keep = first_choices(ids) if keep is None else keep & first_choices(ids)
+    if site.first_cell_only:  # (exact mode: keep is the model's, from _exact_keep)
+        keep = keep & first_choices(ids, pc["C"].reshape(t, k))
     # weights
     if site.weights_operand is not None:
         w = pe.full(pe.rows(site.weights_operand), site.weights_operand).reshape(t, k)

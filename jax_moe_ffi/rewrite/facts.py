@@ -718,8 +718,9 @@ class Facts:
             c0 = nonzero[0].cons
             if c0 and all(t.cons == c0 for t in nonzero):
                 return [Fact(cons=c0, binary=name in ("max", "or") and all(t.binary for t in nonzero))]
-            merged = _merged_columns([t.cons for t in nonzero]) or self._merged_top1([t.cons for t in nonzero])
-            return None if merged is None else [Fact(cons=frozenset({merged}))]
+            merged = _merged_columns([t.cons for t in nonzero])
+            merged = frozenset({merged}) if merged is not None else self._merged_top1([t.cons for t in nonzero])
+            return None if merged is None else [Fact(cons=merged)]
         if name == "select_n":
             return [self._select(ins, fs, omaps[0])]
         if name in REDUCES:
@@ -1036,36 +1037,56 @@ class Facts:
         term (Praxis-style top-2 by two argmaxes: `g * one_hot(i1) + g * one_hot(i2)`), all over the same experts:
         the sum is zero unless some entry of the id array assembled from them (ir.assemble_top1; its entries may
         repeat, facts.may_repeat) does -- the constraint over that array with its new choice axis bound. A term
+        may also carry a second constraint of its own index array on another axis (Praxis' capacity top-2: the
+        expert one-hot of i_j times the slot one-hot of pos_j): those arrays are assembled alike and both merged
+        constraints share the one bound choice axis (the sum is zero unless, for one choice j, both hold). A term
         already merged so (three argmaxes, added in turn) contributes its arrays. Else None."""
-        if len(cons_sets) < 2 or any(len(cs) != 1 for cs in cons_sets):
+        if len(cons_sets) < 2 or any(len(cs) != len(cons_sets[0]) or len(cs) not in (1, 2) for cs in cons_sets):
             return None
         prog = self.prog
-        cs = [next(iter(c)) for c in cons_sets]
-        sources, base = [], None
-        for c in cs:
-            parts = prog.assembled_parts.get(c.src)
-            if parts is not None and c.xmap and isinstance(c.xmap[-1], Bound):
-                xm = c.xmap[:-1]
-            elif parts is None and is_topk_indices(c.src, prog) and topk_info(c.src, prog)[1] is None:
-                parts, xm = (c.src,), c.xmap
+        roles = None  # per role (a constraint of each term): (cat, off, xm without the choice axis), sources
+        for cs in cons_sets:
+            term, bound = [], None
+            for c in sorted(cs, key=lambda c: repr(c.cat)):
+                parts = prog.assembled_parts.get(c.src)
+                if parts is not None and c.xmap and isinstance(c.xmap[-1], Bound):
+                    if bound is not None and c.xmap[-1] is not bound:
+                        return None  # two merged constraints of one term bound separately: no shared choice
+                    bound, xm = c.xmap[-1], c.xmap[:-1]
+                else:
+                    parts, xm = (c.src,), c.xmap
+                if any(isinstance(a, (Bound, Fixed)) for a in xm) or \
+                        any(isinstance(v, Lit) or v.shape != parts[0].shape for v in parts):
+                    return None
+                term.append(((c.cat, c.off, xm), parts))
+            if bound is not None and len(term) == 2 and any(prog.assembled_parts.get(c.src) is None for c in cs):
+                return None  # one constraint merged, the other not: not one choice per term
+            if roles is None:
+                roles = [(key, list(parts)) for key, parts in term]
+            elif [key for key, _ in term] != [key for key, _ in roles]:
+                return None
             else:
-                return None
-            if any(isinstance(a, (Bound, Fixed)) for a in xm):
-                return None
-            if base is None:
-                base = (c.cat, c.off, xm)
-            elif base != (c.cat, c.off, xm):
-                return None
-            sources += parts
-        v0 = sources[0]
-        if len(set(sources)) < 2 or any(v.shape != v0.shape or v.dtype != v0.dtype or
-                                        topk_info(v, prog)[0] != topk_info(v0, prog)[0] for v in sources):
+                for (_, srcs), (_, parts) in zip(roles, term):
+                    srcs += parts
+        n = len(roles[0][1])
+        if len(roles) == 2 and roles[0][0][0] == roles[1][0][0]:
+            return None  # both on one category axis
+        # the expert role: top-1 arrays over one E, not all the same array
+        experts = [i for i, (_, srcs) in enumerate(roles)
+                   if all(is_topk_indices(v, prog) and topk_info(v, prog)[1] is None for v in srcs)
+                   and len(set(srcs)) >= 2 and len({topk_info(v, prog)[0] for v in srcs}) == 1]
+        if not experts or any(len(srcs) != n for _, srcs in roles):
             return None
-        ids = assemble_top1(prog, sources)
-        if ids is None:
-            return None
-        cat, off, xm = base
-        return Con(cat, ids, tuple(xm) + (Bound(),), off)
+        b = Bound()  # (fresh: tied to nothing but the merged constraints)
+        out = []
+        for (cat, off, xm), srcs in roles:
+            if any(v.dtype != srcs[0].dtype or v.shape != srcs[0].shape for v in srcs):
+                return None
+            arr = assemble_top1(prog, srcs)
+            if arr is None:
+                return None
+            out.append(Con(cat, arr, tuple(xm) + (b,), off))
+        return frozenset(out)
 
     def dot_product_fact(self, e, out_space=True):
         """Facts of the dot's elementwise product (product axes = out axes + one per contracted pair),

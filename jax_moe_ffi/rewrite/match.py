@@ -39,6 +39,9 @@ class Miss(Exception):
 
 REPEAT_NOTE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): a token's "
                "repeated expert runs once, at its first choice, with the gate the model summed over its choices")
+REPEAT_NOTE_CELLS = ("the expert ids may repeat within a token (assembled from several argmaxes): each (token, "
+                     "choice) runs its expert at its own capacity slot; a choice whose (expert, slot) cell an earlier "
+                     "choice of the token holds is not run again (the model counts the cell once)")
 REPEAT_NOTE_PER_CHOICE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each "
                           "(token, choice) runs its expert, as the model's per-choice terms count it")
 
@@ -79,6 +82,7 @@ class Site:
     stack_eqns: set = dataclasses.field(default_factory=set)  # `jnp.stack` Eqns over the experts (template: piece 0)
     keep_is_nonzero: bool = False
     first_choice_only: bool = False  # ids that may repeat (facts.may_repeat), rows per expert: keep first choices
+    first_cell_only: bool = False  # ... with capacity slots: keep a token's first choice of each (expert, slot)
     s_off: int = 0
     gather_perm: object = None
     shapes: dict = dataclasses.field(default_factory=dict)
@@ -265,10 +269,15 @@ class Analyzer:
         site = Site(family="", root=root, out=root.outs[0], I=I, E=E, k=_k(I, j_axis), b_axes=b_axes,
                     j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="dot" if root.name == "dot_general"
                     else "reduce", S=S, s_roles=tuple(s_roles or ()))
-        if F.may_repeat(I, prog):
-            if S is not None:
-                raise Miss("capacity slots over expert ids that may repeat within a token (ids assembled from "
-                           "several argmaxes / top_ks): not rewritten")
+        if F.may_repeat(I, prog) and S is not None:
+            # a token's repeated expert holds one (expert, slot) cell per distinct slot: the model sums the
+            # token's terms of one cell, so a pair whose cell an earlier choice of the token holds is not run again
+            if self.mode != "exact":
+                raise Miss("capacity slots over expert ids that may repeat within a token: rewritten in exact mode "
+                           "only (dropless would count a repeated expert's cells anew)")
+            site.first_cell_only = True
+            site.notes.append(REPEAT_NOTE_CELLS)
+        elif F.may_repeat(I, prog):
             # the choice axis summed inside each (token, expert) term: run a repeated expert once, as the model
             # counts it; a per-(token, choice) term (choice axis kept) counts every choice and needs no mask
             site.first_choice_only = isinstance(jb, (F.Bound, F.Fixed))

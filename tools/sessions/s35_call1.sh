@@ -10,4 +10,4 @@ R=/tmp/r1; source tools/sessions/setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader
 step kernel_tests_not_reached ${T_KERNEL:-240} -m gpu $(cat tools/sessions/s34_kernel_tests_not_reached.txt)
 step pass_files_on_gpu ${T_FILES:-300} tests/test_rewrite_ragged.py tests/test_rewrite_repeating_ids.py \
-  tests/test_rewrite_gathered.py tests/test_dispatch.py
+  tests/test_rewrite_gathered.py tests/test_dispatch.py tests/test_rewrite_praxis_top2.py
