@@ -264,20 +264,28 @@ def test_gpu_bf16_repeating_ids_run_the_cuda_kernels():
             + 1e-2
 
 
-def test_capacity_layer_over_repeating_ids_stays_with_its_reason():
-    """GShard capacity einsums over ids that may repeat: a repeated expert would take two slots in the model;
-    not rewritten (reason given), values unchanged."""
+def test_capacity_layer_over_repeating_ids():
+    """GShard capacity einsums over ids that may repeat: a repeated expert takes two slots in the model (its two
+    pairs counted one after the other), each cell a (token, choice) of its own. Rewritten in exact mode (forward and
+    gradients); dropless mode would count the cells anew and leaves it as written, with the reason."""
     p, x = _params(14)
 
     def router(p, x, k):
         w, ids = _two_argmax(p, x, True)
         return w, ids, None
     fn = partial(M.capacity_moe, router=router)
+    _, ids = _two_argmax(p, x, True)
+    assert int(np.sum(np.asarray(ids[:, 0] == ids[:, 1]))) == x.shape[0] // 2
     r = jmf.explain(fn, p, x)
-    assert not r.sites and any("may repeat" in m.reason for m in r.misses), str(r)
-    with pytest.warns(RuntimeWarning, match="no MoE site"):
-        y = jmf.optimize(fn)(p, x)
-    np.testing.assert_array_equal(np.asarray(y), np.asarray(fn(p, x)))
+    assert len(r.sites) == 1 and not r.misses, str(r)
+    assert any("not run again" in n for n in r.sites[0].notes), str(r)
+    of = jax.jit(jmf.optimize(fn))
+    assert rel(of(p, x), fn(p, x)) < 1e-5
+    g1 = jax.grad(lambda p: jnp.sum(of(p, x) ** 2))(p)
+    g0 = jax.grad(lambda p: jnp.sum(fn(p, x) ** 2))(p)
+    assert tree_rel(g1, g0) < 1e-5
+    rd = jmf.explain(fn, p, x, mode="dropless")
+    assert not rd.sites and any("exact mode only" in m.reason for m in rd.misses), str(rd)
 
 
 def _first_tokens_choice(p, x):

@@ -39,7 +39,7 @@ class Miss(Exception):
 
 REPEAT_NOTE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): a token's "
                "repeated expert runs once, at its first choice, with the gate the model summed over its choices")
-REPEAT_NOTE_CELLS = ("the expert ids may repeat within a token (assembled from several argmaxes): each (token, "
+REPEAT_NOTE_CELLS = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each (token, "
                      "choice) runs its expert at its own capacity slot; a choice whose (expert, slot) cell an earlier "
                      "choice of the token holds is not run again (the model counts the cell once)")
 REPEAT_NOTE_PER_CHOICE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each "
@@ -937,8 +937,9 @@ class Analyzer:
             elif self._sum_of_choices(e):
                 reason = ("the gate / dispatch tensor is a sum of one-hot terms over different index arrays that "
                           "are not read as one id array (argmaxes over different expert counts, top-k arrays, "
-                          "terms with a capacity slot): each term is sparse, the sum is not proven to be one top-k; "
-                          "argmaxes over the same experts, or an id array from lax.top_k(gates, k), are")
+                          "terms whose constraints differ in kind or number): each term is sparse, the sum is not "
+                          "proven to be one top-k; argmaxes over the same experts (each term optionally with its own "
+                          "slot one-hot), or an id array from lax.top_k(gates, k), are")
             else:
                 reason = ("expert-stacked contraction whose reduction over experts is not provably "
                           "weighted by a top_k-sparse gate")
