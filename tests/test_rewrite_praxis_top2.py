@@ -141,3 +141,17 @@ def test_first_choices_with_slots():
     slots = jnp.array([[0, 0], [0, 4], [0, 0]], jnp.int32)
     want = np.array([[1, 0], [1, 1], [1, 1]], bool)
     np.testing.assert_array_equal(np.asarray(emit.first_choices(ids, slots)), want)
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_praxis_top2_runs_the_cuda_kernels():
+    p, x = _params(13, g=2, s=512, m=256, h=128, e=8)
+    pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
+    xb = x.astype(jnp.bfloat16)
+    for repeat in (False, True):
+        fn = lambda p, x, repeat=repeat: praxis_top2(p, x, repeat)  # noqa: E731
+        of = jax.jit(jmf.optimize(fn))
+        assert f'custom_call_target="{GG}"' in of.lower(pb, xb).compile().as_text()
+        want = fn(p, x)
+        assert rel(of(pb, xb).astype(jnp.float32), want) < 2 * rel(jax.jit(fn)(pb, xb).astype(jnp.float32), want) \
+            + 1e-2
