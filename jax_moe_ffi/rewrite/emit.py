@@ -672,7 +672,10 @@ def emit_site(site, prog, read, facts, mode="exact", read_stacked=None, options=
         keep = _exact_keep(site, pe, pc, p).reshape(t, k)
     if site.first_choice_only:
         keep = first_choices(ids) if keep is None else keep & first_choices(ids)
-    if site.first_cell_only and keep is not None:
+    if site.fixed_choice is not None and cap_routing is None:
+        col = jnp.broadcast_to(jnp.arange(k) == site.fixed_choice, (t, k))
+        keep = col if keep is None else keep & col
+    elif site.first_cell_only and keep is not None:
         # (the model's keep rule: a dropped choice's slot may read as a cell an earlier choice holds; where the
         # plan routed with capacity=C gives the drops instead, every kept pair has a slot of its own)
         keep = keep & first_choices(ids, pc["C"].reshape(t, k))

@@ -900,11 +900,12 @@ class Facts:
         return x, xm
 
     def _nonneg_index(self, a):
-        """An iota or a view of top_k indices: already in range, jnp's negative-index fix-up is a no-op."""
+        """An iota or a view of top_k indices (or of ids assembled from them): already in range, jnp's
+        negative-index fix-up is a no-op."""
         f = self.get(a)
         if f.iota is not None:
             return True
-        return f.view is not None and is_topk_indices(f.view[0], self.prog)
+        return f.view is not None and is_choice_indices(f.view[0], self.prog)
 
     def _select(self, ins, fs, omap):
         pred = ins[0]
@@ -982,8 +983,9 @@ class Facts:
         con = frozenset({Con(cat, src, tuple(xmap))})
         return Fact(neg=con, negb=float(fill)) if masked_logits else Fact(cons=con)
 
-    def _index_pieces(self, idx, n):
-        """Components of a scatter index array [..., n]: ("iota", update axis) or ("view", (X, xmap))."""
+    def _index_pieces(self, idx, n, fixed=False):
+        """Components of a scatter index array [..., n]: ("iota", update axis) or ("view", (X, xmap)); with `fixed`,
+        a view may also read X at a fixed coordinate (one choice column, `ids[:, j]`)."""
         nd = idx.ndim - 1
         e = self.prog.producer.get(idx)
         parts = []
@@ -999,7 +1001,8 @@ class Facts:
             f = self.get(p)
             if f.iota is not None and f.iota < nd:
                 out.append(("iota", f.iota))
-            elif f.view is not None and all(isinstance(a, int) and a < nd for a in f.view[1]):
+            elif f.view is not None and all(isinstance(a, int) and a < nd or fixed and isinstance(a, Fixed)
+                                            for a in f.view[1]):
                 out.append(("view", f.view))
             else:
                 return None

@@ -82,6 +82,8 @@ class Site:
     stack_eqns: set = dataclasses.field(default_factory=set)  # `jnp.stack` Eqns over the experts (template: piece 0)
     keep_is_nonzero: bool = False
     first_choice_only: bool = False  # ids that may repeat (facts.may_repeat), rows per expert: keep first choices
+    fixed_choice: int | None = None  # the root reads one choice column of I: only its pairs are run
+    shared_uses: dict = dataclasses.field(default_factory=dict)  # use outside the region -> region Eqn it reads
     first_cell_only: bool = False  # ... with capacity slots: keep a token's first choice of each (expert, slot)
     s_off: int = 0
     gather_perm: object = None
@@ -173,10 +175,23 @@ class Analyzer:
         self._stack_seen = None
 
     def run(self):
+        tried = set()
+        while True:  # again where _drop_unshared uncovered roots that a dropped site's region held
+            self._attempt_roots(tried)
+            if not self._drop_unshared():
+                break
+        self._note_shared()
+        from jax_moe_ffi.rewrite import loops
+        loops.find_loop_sites(self)
+        self._uncovered_misses()
+        return self.sites, self.misses
+
+    def _attempt_roots(self, tried):
         prog = self.prog
         for e in reversed(prog.flat):  # later (outer) reductions first: they own larger regions
-            if e in self.covered or e.kind != "prim":
+            if e in self.covered or e.kind != "prim" or e in tried:
                 continue
+            tried.add(e)
             if e.name in ("reduce_sum", "dot_general", "gather"):
                 cand = self._candidate(e) if e.name != "gather" else self._gather_candidate(e)
                 if cand is None:
@@ -192,15 +207,41 @@ class Analyzer:
                     continue
                 if site is not None:
                     self._accept(site)
-        from jax_moe_ffi.rewrite import loops
-        loops.find_loop_sites(self)
-        self._uncovered_misses()
-        return self.sites, self.misses
 
     def _accept(self, site):
         self.sites.append(site)
         self.covered.add(site.root)
         self.covered.update(site.region)
+
+    def _drop_unshared(self):
+        """Sites that share an expert-stacked intermediate (one all-experts tensor picked per choice column by
+        separate reductions: `sum_j w_j * einsum('te,ted->td', one_hot(ids[:, j]), y)`) each compute their own
+        rows of it, so the dense tensor is needed only if some use of it is not replaced: a site stays only when
+        every use of its region outside it lies in another site that stays (each site reads the shared values at
+        its own pairs, as the model does). The others are near-misses with the use named. Returns whether
+        some site was dropped."""
+        dropped = False
+        while True:
+            owned = {q for s in self.sites for q in [s.root] + s.region + list(s.chain)}
+            bad = [s for s in self.sites if any(u not in owned for u in s.shared_uses)]
+            if not bad:
+                break
+            dropped = True
+            for s in bad:
+                self.sites.remove(s)
+                u, e = next((u, e) for u, e in s.shared_uses.items() if u not in owned)
+                self._miss(s.root, f"an expert-stacked intermediate is also used outside the MoE region "
+                                   f"(by `{u.name}` at {source_line(u)})", e)
+        self.covered = {q for s in self.sites for q in [s.root] + s.region}
+        return dropped
+
+    def _note_shared(self):
+        for s in self.sites:
+            if s.shared_uses:
+                others = len({t.root for t in self.sites if set(s.shared_uses) & ({t.root} | set(t.region))})
+                s.notes.append(f"its expert compute is shared with {others} other site(s) (one all-experts tensor "
+                               "read per choice by separate reductions): each runs it for its own (token, choice) "
+                               "pairs, and the dense tensor is no longer computed")
 
     def _miss(self, e, reason, at=None):
         self.misses.append({"reason": reason, "source": source_line(e), "op": e.name,
@@ -269,7 +310,12 @@ class Analyzer:
         site = Site(family="", root=root, out=root.outs[0], I=I, E=E, k=_k(I, j_axis), b_axes=b_axes,
                     j_axis=j_axis, labels={}, kinds={}, region=[], root_kind="dot" if root.name == "dot_general"
                     else "reduce", S=S, s_roles=tuple(s_roles or ()))
-        if F.may_repeat(I, prog) and S is not None:
+        if isinstance(jb, F.Fixed):
+            # the root reads one choice column (`one_hot(ids[:, j])`): zero at every other pair of distinct ids, and
+            # at a repeated expert's other pairs the same (token, expert) term -- run column j's pairs only
+            site.fixed_choice = jb.index
+            site.notes.append(f"reads choice column {jb.index} of the ids only: the other choices' pairs are not run")
+        elif F.may_repeat(I, prog) and S is not None:
             # a token's repeated expert holds one (expert, slot) cell per distinct slot: the model sums the
             # token's terms of one cell, so a pair whose cell an earlier choice of the token holds is not run again
             if self.mode != "exact":
@@ -280,7 +326,7 @@ class Analyzer:
         elif F.may_repeat(I, prog):
             # the choice axis summed inside each (token, expert) term: run a repeated expert once, as the model
             # counts it; a per-(token, choice) term (choice axis kept) counts every choice and needs no mask
-            site.first_choice_only = isinstance(jb, (F.Bound, F.Fixed))
+            site.first_choice_only = isinstance(jb, F.Bound)
             site.notes.append(REPEAT_NOTE if site.first_choice_only else REPEAT_NOTE_PER_CHOICE)
         site.s_off = s_off
         # labels of the root operands
@@ -313,7 +359,7 @@ class Analyzer:
         dn = e.params["dimension_numbers"]
         ss = e.params["slice_sizes"]
         n = idx.shape[-1]
-        pieces = self.facts._index_pieces(idx, n)
+        pieces = self.facts._index_pieces(idx, n, fixed=True)
         if pieces is None:
             return None
         sim = tuple(dn.start_index_map)
@@ -323,7 +369,7 @@ class Analyzer:
             oa = sim[comp]
             if kind == "iota":
                 align[oa] = val
-            elif kind == "view" and F.is_topk_indices(val[0], self.prog) and I is None:
+            elif kind == "view" and F.is_choice_indices(val[0], self.prog) and I is None:
                 I, xm, e_ax = val[0], val[1], oa
             else:
                 return None
@@ -351,7 +397,10 @@ class Analyzer:
                 raise Miss("the gather does not keep each token's own row")
             ylab[oa] = (("T", i), False)
             ib_label[ib] = ("T", i)
-        if j_axis is not None:
+        fixed = xm[j_axis] if j_axis is not None and isinstance(xm[j_axis], F.Fixed) else None
+        if any(isinstance(a, F.Fixed) for a in xm) and fixed is None:
+            raise Miss("the gather reads the ids at a fixed token")
+        if j_axis is not None and fixed is None:
             if xm[j_axis] in ib_of:
                 raise Miss("the gather aligns the choice axis with an operand axis")
             ib_label[xm[j_axis]] = "J"
@@ -387,6 +436,10 @@ class Analyzer:
         site = Site(family="", root=root, out=out, I=I, E=E, k=_k(I, j_axis), b_axes=b_axes, j_axis=j_axis,
                     labels={}, kinds={}, region=[], root_kind="gather")
         site.out_labels = tuple(out_lab)
+        if fixed is not None:  # y[t, ids[t, j]]: column j's pairs only (as a per-choice root of one column)
+            site.fixed_choice = fixed.index
+            site.notes.append(f"reads choice column {fixed.index} of the ids only: the other choices' pairs are not "
+                              "run")
         site.rows_operand = Y
         site.gather_perm = [yo.index(oa) for oa in out_src if oa is not None]
         self._grow(site, [(Y, tuple(ylab))])
@@ -664,8 +717,10 @@ class Analyzer:
                     raise Miss("an expert-stacked intermediate is an output of the function", e)
                 for u in prog.uses(o):
                     if u not in allowed:
-                        raise Miss(f"an expert-stacked intermediate is also used outside the MoE region "
-                                   f"(by `{u.name}` at {source_line(u)})", e)
+                        if u.kind != "prim" or u.effects:
+                            raise Miss(f"an expert-stacked intermediate is also used outside the MoE region "
+                                       f"(by `{u.name}` at {source_line(u)})", e)
+                        site.shared_uses.setdefault(u, e)  # kept if another site replaces u (_drop_unshared)
         for v, kd in site.kinds.items():
             if kd == "slot":
                 raise Miss("a per-slot value from outside the region (not supported)")

@@ -1,0 +1,116 @@
+"""One all-experts tensor read once per choice: `sum_j w_j * einsum('te,ted->td', one_hot(ids[:, j]), y)`,
+`w[:, j] * y[t, ids[:, j]]` (a gather per id column), or per separate argmax.
+
+Each reduction (or gather) is a site of its own over one choice column. They share the expert compute, so each
+runs it for its own pairs (column j's only: match.Site.fixed_choice) and the dense [T, E, ...] tensor is no longer
+computed; a site stays only when every other use of the shared tensor is replaced too (match._drop_unshared).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_moe_ffi as jmf
+from jax_moe_ffi import models as M
+
+from helpers import assert_stays_as_written, rel, tree_rel
+from test_rewrite_repeating_ids import _all_experts, _argmaxes, _params, _two_argmax
+
+GG = "jax_moe_ffi_grouped_gemm"
+
+
+def einsum_per_column(p, x, k=2):
+    w, ids, _ = M._router(p, x, k)
+    y = _all_experts(p, x)
+    e = p["w_gate"].shape[0]
+    return sum(w[:, j:j + 1] * jnp.einsum("te,ted->td", jax.nn.one_hot(ids[:, j], e), y) for j in range(k))
+
+
+def gather_per_column(p, x, k=2):
+    w, ids, _ = M._router(p, x, k)
+    y = _all_experts(p, x)
+    t = jnp.arange(x.shape[0])
+    return sum(w[:, j:j + 1] * y[t, ids[:, j]] for j in range(k))
+
+
+def einsum_per_argmax(p, x):
+    ws, ids = _argmaxes(p, x, True)  # the even tokens choose one expert twice
+    y = _all_experts(p, x)
+    return sum(w[:, None] * jnp.einsum("te,ted->td", jax.nn.one_hot(i, p["w_gate"].shape[0]), y)
+               for w, i in zip(ws, ids))
+
+
+def gather_per_repeating_column(p, x):
+    w, ids = _two_argmax(p, x, True)  # [T, 2] ids, equal in the even tokens
+    y = _all_experts(p, x)
+    t = jnp.arange(x.shape[0])
+    return w[:, 0:1] * y[t, ids[:, 0]] + w[:, 1:2] * y[t, ids[:, 1]]
+
+
+FORMS = {"einsum_per_column": einsum_per_column, "einsum_per_column_k3": lambda p, x: einsum_per_column(p, x, 3),
+         "gather_per_column": gather_per_column, "einsum_per_argmax": einsum_per_argmax,
+         "gather_per_repeating_column": gather_per_repeating_column}
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_shared_all_experts_tensor_rewritten_exactly(name):
+    fn = FORMS[name]
+    seed = int(np.random.SeedSequence().entropy % (2**31))
+    p, x = _params(seed)
+    r = jmf.explain(fn, p, x)
+    k = 3 if name.endswith("k3") else 2
+    assert len(r.sites) == k and not r.misses, str(r)
+    assert all(any("shared with" in n for n in s.notes) for s in r.sites), str(r)
+    of = jax.jit(jmf.optimize(fn))
+    jaxpr = str(jax.make_jaxpr(of)(p, x))
+    assert GG in jaxpr
+    # the dense all-experts tensor [T, E, ...] is gone: the only dot left is the router's
+    e = p["w_gate"].shape[0]
+    assert not any(f"f32[{x.shape[0]},{e},{d}]" in jaxpr for d in (p["w_gate"].shape[2], x.shape[1])), jaxpr
+    assert rel(of(p, x), fn(p, x)) < 1e-5, seed
+    g1 = jax.grad(lambda p, x: jnp.sum(of(p, x) ** 2), argnums=(0, 1))(p, x)
+    g0 = jax.grad(lambda p, x: jnp.sum(fn(p, x) ** 2), argnums=(0, 1))(p, x)
+    assert tree_rel(g1, g0) < 1e-5, seed
+
+
+def test_each_site_runs_its_column_only(monkeypatch):
+    """The pairs of other columns are zero at a column's root (distinct ids) or the same term again (repeats): a
+    site runs its column only. Routed with every pair instead, the repeated ids' site counts a token twice."""
+    from jax_moe_ffi.rewrite import emit
+    p, x = _params(21)
+    fn = gather_per_repeating_column
+    assert rel(jax.jit(jmf.optimize(fn))(p, x), fn(p, x)) < 1e-5
+    routed = []
+    real_route = emit.route
+
+    def spy(ids, num_experts, keep=None, x=None):
+        routed.append(None if keep is None else np.asarray(keep))
+        return real_route(ids, num_experts, keep=keep, x=x)
+    monkeypatch.setattr(emit, "route", spy)
+    jmf.optimize(fn)(p, x)
+    assert len(routed) == 2 and all(kp is not None for kp in routed)
+    assert sorted(int(kp[:, 1].sum()) for kp in routed) == [0, x.shape[0]]  # one site per column, whole column
+    assert all(int(kp.sum()) == x.shape[0] for kp in routed)
+
+
+def test_a_dense_use_left_keeps_the_tensor():
+    """The all-experts tensor also summed densely: no site (the tensor is needed anyway), with the reason."""
+    def fn(p, x):
+        w, ids, _ = M._router(p, x, 2)
+        y = _all_experts(p, x)
+        return jnp.einsum("te,ted->td", jax.nn.one_hot(ids[:, 0], p["w_gate"].shape[0]), y) + 1e-3 * y.sum(1)
+    p, x = _params(2)
+    assert_stays_as_written(fn, p, x, reason="also used outside the MoE region")
+
+
+def test_gather_at_a_fixed_token_stays():
+    """Every token picks token 0's choice (`y[t, ids[0, j]]`): not the token's own expert."""
+    def fn(p, x):
+        w, ids, _ = M._router(p, x, 2)
+        y = _all_experts(p, x)
+        t = jnp.arange(x.shape[0])
+        return w[:, 0:1] * y[t, jnp.broadcast_to(ids[0, 0], t.shape)]
+    p, x = _params(6)
+    r = jmf.explain(fn, p, x)
+    assert not r.sites, str(r)
+    np.testing.assert_array_equal(np.asarray(jmf.optimize(fn)(p, x)), np.asarray(fn(p, x)))
