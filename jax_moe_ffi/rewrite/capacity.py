@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_moe_ffi.rewrite.facts import may_repeat
 from jax_moe_ffi.rewrite.ir import Lit, Var
 from jax_moe_ffi.rewrite.interp import bind
 
@@ -381,7 +382,7 @@ def one_token_per_slot(site, prog):
         return bool(np.any(np.sum(pat, axis=contracted) > 1))
 
     rng = np.random.default_rng(1)
-    probes = _routing_probes(_pair_shape(site), site.E, rng, repeats=site.first_cell_only)
+    probes = _routing_probes(_pair_shape(site), site.E, rng, repeats=may_repeat(site.I, prog))
     if not probes:
         return False, "cannot check one token per (expert, slot): more choices per token than experts"
     unsure = 0

@@ -42,6 +42,7 @@ REPEAT_NOTE = ("the expert ids may repeat within a token (assembled from several
 REPEAT_NOTE_CELLS = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each (token, "
                      "choice) runs its expert at its own capacity slot; a choice whose (expert, slot) cell an earlier "
                      "choice of the token holds is not run again (the model counts the cell once)")
+FIXED_NOTE = "reads choice column {} of the ids only: the other choices' pairs are not run"
 REPEAT_NOTE_PER_CHOICE = ("the expert ids may repeat within a token (assembled from several argmaxes / top_ks): each "
                           "(token, choice) runs its expert, as the model's per-choice terms count it")
 
@@ -314,7 +315,7 @@ class Analyzer:
             # the root reads one choice column (`one_hot(ids[:, j])`): zero at every other pair of distinct ids, and
             # at a repeated expert's other pairs the same (token, expert) term -- run column j's pairs only
             site.fixed_choice = jb.index
-            site.notes.append(f"reads choice column {jb.index} of the ids only: the other choices' pairs are not run")
+            site.notes.append(FIXED_NOTE.format(jb.index))
         elif F.may_repeat(I, prog) and S is not None:
             # a token's repeated expert holds one (expert, slot) cell per distinct slot: the model sums the
             # token's terms of one cell, so a pair whose cell an earlier choice of the token holds is not run again
@@ -438,8 +439,7 @@ class Analyzer:
         site.out_labels = tuple(out_lab)
         if fixed is not None:  # y[t, ids[t, j]]: column j's pairs only (as a per-choice root of one column)
             site.fixed_choice = fixed.index
-            site.notes.append(f"reads choice column {fixed.index} of the ids only: the other choices' pairs are not "
-                              "run")
+            site.notes.append(FIXED_NOTE.format(fixed.index))
         site.rows_operand = Y
         site.gather_perm = [yo.index(oa) for oa in out_src if oa is not None]
         self._grow(site, [(Y, tuple(ylab))])
