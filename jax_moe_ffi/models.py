@@ -544,7 +544,7 @@ def stacked_outputs_moe(params, x, top_k: int = 2, reverse: bool = False, pick: 
     gate by `einsum('ted,te->td')` (no add chain). `reverse` stacks them last expert first and reverses the
     gate's columns to match (same values; not in expert order, a near-miss). pick="ids": each choice's output
     picked with one `take_along_axis` over the [T, k] ids, then weighted; pick="column": one take_along_axis per
-    id column `ids[:, j]` (a near-miss)."""
+    id column `ids[:, j]` (each column a site of its own, sharing the experts' compute)."""
     weights, experts, _ = _router(params, x, top_k)
     if "experts" in params:
         per_expert = params["experts"]

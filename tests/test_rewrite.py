@@ -396,8 +396,6 @@ NEAR_MISSES = [
     # both ran unchanged with no near-miss before session 31
     ("switch_per_token", M.switch_per_token_moe, "selected per token by the router's ids with select_n"),
     ("scan_over_tokens", M.per_token_scan_moe, "per-token loop (lax.scan over the tokens"),
-    ("outputs_stacked_picked_per_column", partial(M.stacked_outputs_moe, pick="column"),
-     "picked with a gather per choice column"),
     ("loop_over_gathered_rows", M.gathered_rows_loop_moe, "per-expert loop over the expert's own gathered token rows"),
     ("outputs_stacked_last_expert_first", partial(M.stacked_outputs_moe, reverse=True), "per-expert outputs stacked"),
 ]

@@ -47,9 +47,21 @@ def gather_per_repeating_column(p, x):
     return w[:, 0:1] * y[t, ids[:, 0]] + w[:, 1:2] * y[t, ids[:, 1]]
 
 
+def stacked_loop_per_repeating_column(p, x):
+    """Each expert run on every token in a Python loop, stacked to [T, E, D], one take_along_axis per id column."""
+    w, ids = _two_argmax(p, x, True)
+    outs = jnp.stack([(jax.nn.silu(x @ p["w_gate"][e]) * (x @ p["w_up"][e])) @ p["w_down"][e]
+                      for e in range(p["w_gate"].shape[0])], axis=1)
+    return sum(w[:, j, None] * jnp.take_along_axis(outs, ids[:, j, None, None], axis=1)[:, 0] for j in range(2))
+
+
 FORMS = {"einsum_per_column": einsum_per_column, "einsum_per_column_k3": lambda p, x: einsum_per_column(p, x, 3),
          "gather_per_column": gather_per_column, "einsum_per_argmax": einsum_per_argmax,
-         "gather_per_repeating_column": gather_per_repeating_column}
+         "gather_per_repeating_column": gather_per_repeating_column,
+         # per-expert outputs of a Python loop, stacked, then one jnp.take_along_axis per id column
+         "stacked_loop_per_column": lambda p, x: M.stacked_outputs_moe(p, x, pick="column"),
+         "stacked_loop_per_column_k3": lambda p, x: M.stacked_outputs_moe(p, x, top_k=3, pick="column"),
+         "stacked_loop_per_repeating_column": stacked_loop_per_repeating_column}
 
 
 @pytest.mark.parametrize("name", list(FORMS))
@@ -61,11 +73,14 @@ def test_shared_all_experts_tensor_rewritten_exactly(name):
     k = 3 if name.endswith("k3") else 2
     assert len(r.sites) == k and not r.misses, str(r)
     assert all(any("shared with" in n for n in s.notes) for s in r.sites), str(r)
+    # each site runs one pair per token, and the dense tensor's FLOPs are counted once over the sites
+    (t, d), (e, _, f) = x.shape, p["w_gate"].shape
+    assert all(s.flops_after == 2 * t * 3 * d * f for s in r.sites), str(r)
+    assert 2 * t * e * 3 * d * f <= sum(s.flops_before for s in r.sites) <= 2 * t * e * (3 * d * f + d), str(r)
     of = jax.jit(jmf.optimize(fn))
     jaxpr = str(jax.make_jaxpr(of)(p, x))
     assert GG in jaxpr
     # the dense all-experts tensor [T, E, ...] is gone: the only dot left is the router's
-    e = p["w_gate"].shape[0]
     assert not any(f"f32[{x.shape[0]},{e},{d}]" in jaxpr for d in (p["w_gate"].shape[2], x.shape[1])), jaxpr
     assert rel(of(p, x), fn(p, x)) < 1e-5, seed
     g1 = jax.grad(lambda p, x: jnp.sum(of(p, x) ** 2), argnums=(0, 1))(p, x)

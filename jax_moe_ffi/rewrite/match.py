@@ -240,6 +240,7 @@ class Analyzer:
         for s in self.sites:
             if s.shared_uses:
                 others = len({t.root for t in self.sites if set(s.shared_uses) & ({t.root} | set(t.region))})
+                s.flops_before //= others + 1  # the dense tensor it replaces is shared: count it once in all
                 s.notes.append(f"its expert compute is shared with {others} other site(s) (one all-experts tensor "
                                "read per choice by separate reductions): each runs it for its own (token, choice) "
                                "pairs, and the dense tensor is no longer computed")
@@ -429,6 +430,9 @@ class Analyzer:
                 elif ib in ib_of:  # a feature axis the gather walks pointwise
                     out_lab.append(None)
                     out_src.append(ib_of[ib])
+                elif root.ins[1].shape[ib] == 1:  # `ids[:, j, None]`: a unit axis of the index, no data
+                    out_lab.append(None)
+                    out_src.append(None)
                 else:
                     raise Miss("the gather broadcasts over an index axis")
         if any(ylab[oa] is not None for oa in out_src if oa is not None):
@@ -916,7 +920,7 @@ class Analyzer:
 
     def _cost(self, site):
         k, t = site.k, site.num_tokens
-        rows = t * k
+        rows = t * (k if site.fixed_choice is None else 1)  # a fixed-column site runs one pair per token
         if site.C is not None and self.mode == "exact":
             rows = min(rows, site.E * site.C * int(np.prod([site.token_shape[i] for i, r in
                                                             enumerate(site.token_shape)
@@ -1089,8 +1093,10 @@ class Analyzer:
                         "outputs with the [T, k] ids are)")
             elif e.name == "gather" and e.ins[0].ndim >= 2 and self._from_router(e.ins[1]) \
                     and not self._from_router(e.ins[0]) and self._picks_from_stacked_experts(e, experts):
-                note(e, "per-expert outputs stacked, then picked with a gather per choice column (`ids[:, j]`): not "
-                        "rewritten (one jnp.take_along_axis with the whole [T, k] id array is)")
+                note(e, "per-expert outputs stacked, then picked with a gather per choice column (`ids[:, j]`), but "
+                        "not rewritten: each column's gather must pick the token's own row at its choice, and every "
+                        "use of the stacked outputs must be such a gather (one jnp.take_along_axis with the whole "
+                        "[T, k] id array is rewritten too)")
             elif e.name in ("concatenate", "stack") and len(e.ins) in experts and self._stacked_then_gated(e):
                 why = self.stack_misses.get(e, "the stack is not reached from a top_k-sparse combine")
                 note(e, "per-expert outputs stacked (`jnp.stack([expert_e(x) for e ...])`) and combined with the "
