@@ -129,3 +129,16 @@ def test_gather_at_a_fixed_token_stays():
     r = jmf.explain(fn, p, x)
     assert not r.sites, str(r)
     np.testing.assert_array_equal(np.asarray(jmf.optimize(fn)(p, x)), np.asarray(fn(p, x)))
+
+
+def test_stacked_outputs_used_densely_stay():
+    """Per-expert outputs stacked and picked per id column, but the stack is also summed over the experts: the
+    dense tensor is needed anyway, so nothing is rewritten, with the reason."""
+    def fn(p, x):
+        w, ids, _ = M._router(p, x, 2)
+        outs = jnp.stack([(jax.nn.silu(x @ p["w_gate"][e]) * (x @ p["w_up"][e])) @ p["w_down"][e]
+                          for e in range(p["w_gate"].shape[0])], axis=1)
+        picked = sum(w[:, j, None] * jnp.take_along_axis(outs, ids[:, j, None, None], axis=1)[:, 0] for j in range(2))
+        return picked + 1e-3 * outs.sum(1)
+    p, x = _params(4)
+    assert_stays_as_written(fn, p, x, reason="also used outside the MoE region")
