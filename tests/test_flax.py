@@ -47,9 +47,14 @@ def _gg_in_jaxpr(f, *args):
 
 
 def _check_hlo(orig, fast, *args, n=3):
-    """The original program has no grouped GEMM; the optimized one has >= n (forward)."""
+    """The original program has no grouped GEMM; the optimized one has >= n (forward). On a GPU these float32
+    models' grouped GEMMs lower to XLA's fallback (the CUDA kernels take bf16 / fp16, with a one-time warning), so
+    the calls are counted in the jaxpr there (seen on an H100 in session 36)."""
     assert GG not in jax.jit(orig).lower(*args).as_text()
-    assert jax.jit(fast).lower(*args).as_text().count(GG) >= n
+    if jax.default_backend() == "gpu":
+        assert _gg_in_jaxpr(fast, *args) >= n
+    else:
+        assert jax.jit(fast).lower(*args).as_text().count(GG) >= n
 
 
 def _sin_loss(f):
