@@ -906,3 +906,18 @@ def test_every_pair_token_leaf_is_a_broadcast_with_the_gathers_values(tshape, k,
     assert "scatter" not in text
     plain_text = jax.jit(jax.grad(lambda v: jnp.sum(EM._gather(v, lab, plain) * w))).lower(val).as_text()
     assert "scatter" in plain_text  # the test can tell the two forms apart
+
+
+def test_explain_names_float32_gemms_that_run_the_fallback_on_a_gpu(monkeypatch):
+    """On a GPU the CUDA grouped GEMM takes bf16 / fp16: explain says when the rewritten GEMMs are float32 (XLA's
+    slow ragged_dot fallback runs them), and not for bfloat16 or on a CPU."""
+    p, x = _inputs(_seed(), extra=False)
+    to_bf16 = lambda t: jax.tree.map(lambda a: a.astype(jnp.bfloat16), t)
+    said = lambda r: [n for n in r.notes if "CUDA grouped GEMM takes bfloat16" in n]
+    assert not said(explain(M.dense_moe, p, x))  # the CPU backend: the CPU kernels take float32
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    r = explain(M.dense_moe, p, x)
+    assert r.sites and len(said(r)) == 1 and "float32" in said(r)[0], str(r)
+    rb = explain(M.dense_moe, to_bf16(p), to_bf16(x))
+    assert rb.sites and not said(rb), str(rb)
+    assert not said(explain(M.dense_moe, p, x, recipe="blockwise"))  # FP8 operands: the CUDA FP8 kernel

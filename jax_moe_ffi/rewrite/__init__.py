@@ -188,6 +188,20 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
     return wrapped
 
 
+def _gemm_dtypes_without_cuda_kernel(plan):
+    """The operand dtypes of the rewritten expert GEMMs that the CUDA grouped GEMM does not take, sorted."""
+    dts = set()
+    for p in plan.all_plans():
+        for s in p.sites:
+            for g in s.gemms.values():
+                dts.update((np.dtype(g["w"].dtype), np.dtype(g["rows_from"].dtype)))
+        for e in p.ragged:
+            dts.update(np.dtype(a.dtype) for a in e.ins[:2])
+        for g in p.gathered.values():
+            dts.add(np.dtype(g.w.dtype))
+    return sorted(str(d) for d in dts if d not in (np.dtype(jax.numpy.bfloat16), np.dtype(np.float16)))
+
+
 def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, keep_prevent_cse=False,
             **kwargs) -> Report:
     """What `optimize(fn, mode=...)` rewrites for these arguments (arrays or ShapeDtypeStructs).
@@ -338,6 +352,11 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
                      + " -- the loop overwrites all of it: `with jax_moe_ffi.runtime.uninitialized_scan_outputs():` "
                        "around the step's first call leaves them unfilled (the Qwen3 train step on an H200: "
                        "1.6-7.6% faster)")
+    slow = _gemm_dtypes_without_cuda_kernel(plan) if recipe is None and jax.default_backend() == "gpu" else []
+    if slow:
+        notes.append(f"expert GEMMs in {', '.join(slow)} on this GPU: the CUDA grouped GEMM takes bfloat16 / float16, "
+                     "so these run XLA's fallback (ragged_dot, a dense masked dot: 5-47 TFLOP/s on the H200; "
+                     "warned once at run time); cast the experts' weights and inputs to bfloat16 for the CUDA kernels")
     swapped = [n for p in plan.all_plans() for n in _interp.schedule(p) if _interp.router_topk(p, n)]
     if swapped:
         notes.append(f"router top_k: {len(swapped)} swapped for the jax_moe_ffi top_k kernel ("
