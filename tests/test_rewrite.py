@@ -914,7 +914,8 @@ def test_explain_names_float32_gemms_that_run_the_fallback_on_a_gpu(monkeypatch)
     p, x = _inputs(_seed(), extra=False)
     to_bf16 = lambda t: jax.tree.map(lambda a: a.astype(jnp.bfloat16), t)
     said = lambda r: [n for n in r.notes if "CUDA grouped GEMM takes bfloat16" in n]
-    assert not said(explain(M.dense_moe, p, x))  # the CPU backend: the CPU kernels take float32
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert not said(explain(M.dense_moe, p, x))  # the CPU kernels take float32
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     r = explain(M.dense_moe, p, x)
     assert r.sites and len(said(r)) == 1 and "float32" in said(r)[0], str(r)
