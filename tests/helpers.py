@@ -14,6 +14,12 @@ def tree_rel(a, b):
     return max(rel(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
+def cpu_lowered_text(fn, *args):
+    """The program jit(fn) lowers to for the CPU, on any backend. The float32 tests read the HLO structure there: on
+    a GPU the CUDA grouped GEMM takes bf16 / fp16 only, so float32 lowers to XLA's fallback (session 36)."""
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cpu",)).as_text()
+
+
 def assert_stays_as_written(fn, *args, reason=None):
     """explain finds no site in fn (a near-miss whose reason holds `reason`, if given), optimize warns that no site
     was found, and its output is fn's, bitwise. Returns the report."""

@@ -19,6 +19,7 @@ import jax_moe_ffi
 from jax_moe_ffi import models as M
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite import explain, optimize
+from helpers import cpu_lowered_text
 
 T, D, F, E = 24, 16, 32, 8
 TOL = 1e-5
@@ -134,7 +135,7 @@ def test_loop_over_separate_weights(fn):
     y0, y1 = fn(ps, x), jax.jit(optimize(fn))(ps, x)
     assert rel(y1, y0) <= TOL, (seed, rel(y1, y0))
     # the E separate [T, F] dots are gone: only the router dot is left
-    txt = jax.jit(optimize(fn)).lower(ps, x).as_text()
+    txt = cpu_lowered_text(optimize(fn), ps, x)
     assert txt.count(GG) >= 3
     assert max(_dot_result_sizes(txt)) <= T * E, _dot_result_sizes(txt)
 
@@ -220,8 +221,8 @@ def test_cond_branch_is_rewritten():
 def test_hlo_has_grouped_gemm_and_no_dense_expert_dot(fn):
     seed = _seed()
     p, x = _inputs(seed)
-    before = jax.jit(fn).lower(p, x).as_text()
-    after = jax.jit(optimize(fn)).lower(p, x).as_text()
+    before = cpu_lowered_text(fn, p, x)
+    after = cpu_lowered_text(optimize(fn), p, x)
     assert GG not in before and after.count(GG) >= 3
     assert "jax_moe_ffi_combine" in after or EM._ops() is None
     # the naive form has [T, E, F]-sized (or E x C x F) dots; the rewritten one only the router's [T, E]
@@ -290,7 +291,7 @@ def test_scan_over_layers_with_checkpoint(moe):
     assert len(r.sites) == 1 and r.sites[0].path == "scan/remat/", str(r)
     of = optimize(fn)
     assert rel(jax.jit(of)(ps, x), fn(ps, x)) <= TOL, seed
-    txt = jax.jit(of).lower(ps, x).as_text()
+    txt = cpu_lowered_text(of, ps, x)
     assert GG in txt
 
     def loss(f):
@@ -877,7 +878,7 @@ def test_site_inside_shard_map_is_rewritten():
     g0 = jax.jit(jax.grad(lambda p, x: jnp.sum(f(p, x) ** 2), (0, 1)))(p, x)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
         assert float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)) < 1e-5
-    assert "jax_moe_ffi_grouped_gemm" in jax.jit(fast).lower(p, x).as_text()
+    assert "jax_moe_ffi_grouped_gemm" in cpu_lowered_text(fast, p, x)
 
 
 @pytest.mark.parametrize("tshape,k,width", [((7,), 3, 5), ((2, 3), 4, 1), ((4, 5), 2, 6)])
