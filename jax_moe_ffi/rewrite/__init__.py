@@ -199,7 +199,8 @@ def _gemm_dtypes_without_cuda_kernel(plan):
             dts.update(np.dtype(a.dtype) for a in e.ins[:2])
         for g in p.gathered.values():
             dts.add(np.dtype(g.w.dtype))
-    return sorted(str(d) for d in dts if d not in (np.dtype(jax.numpy.bfloat16), np.dtype(np.float16)))
+    from jax_moe_ffi.ops._common import GPU_DTYPES  # the dtypes the CUDA grouped GEMM takes
+    return sorted(str(d) for d in dts if d not in GPU_DTYPES)
 
 
 def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, keep_prevent_cse=False,
@@ -355,7 +356,7 @@ def explain(fn, *args, mode="exact", recipe=None, offload=None, streams=True, ke
     slow = _gemm_dtypes_without_cuda_kernel(plan) if recipe is None and jax.default_backend() == "gpu" else []
     if slow:
         notes.append(f"expert GEMMs in {', '.join(slow)} on this GPU: the CUDA grouped GEMM takes bfloat16 / float16, "
-                     "so these run XLA's fallback (ragged_dot, a dense masked dot: 5-47 TFLOP/s on the H200; "
+                     "so these run XLA's fallback (ragged_dot, a dense masked dot: 5.6-24.5 TFLOP/s in bf16 on the H200, benchmarks/results/grouped_gemm_h200_xla.md; "
                      "warned once at run time); cast the experts' weights and inputs to bfloat16 for the CUDA kernels")
     swapped = [n for p in plan.all_plans() for n in _interp.schedule(p) if _interp.router_topk(p, n)]
     if swapped:
