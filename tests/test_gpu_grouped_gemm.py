@@ -590,3 +590,58 @@ def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     for key in outs["default"].files:
         assert np.any(outs["default"][key] != 0)
         np.testing.assert_array_equal(outs["scaled"][key], outs["default"][key])
+
+
+_PDL_SCRIPT = r"""
+import sys
+import jax, jax.numpy as jnp, numpy as np
+import jax_moe_ffi as jmf
+rng = np.random.default_rng(6)
+m, k, n, g = 9000, 1024, 776, 13
+w = rng.dirichlet(np.full(g, 0.5)); w[2] = 0
+gs = np.floor(w / w.sum() * (m - 211)).astype(np.int32); gs[np.argmax(gs)] += (m - 211) - gs.sum()
+gs = jnp.asarray(gs)
+a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+b = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
+d = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
+def fp8_loss(a, b):
+    return jnp.vdot(jmf.grouped_matmul(a, b, gs, recipe="blockwise", fp8_wgrad=True).astype(jnp.float32),
+                    d.astype(jnp.float32))
+f = jax.jit(lambda a, b, d: (jmf.grouped_matmul(a, b, gs), jmf.grouped_matmul(d, b, gs, transpose_rhs=True),
+                             jmf.grouped_matmul_wgrad(a, d, gs),
+                             *jmf.grouped_matmuls_shared_lhs(a, (b, b[::-1]), gs),
+                             jmf.grouped_matmul(a, b, gs, recipe="blockwise"),
+                             *jax.grad(fp8_loss, argnums=(0, 1))(a, b)))
+outs = [[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)] for _ in range(int(sys.argv[2]))]
+for rep in outs[1:]:  # every repeat within the process equals the first
+    for x, y in zip(rep, outs[0]):
+        np.testing.assert_array_equal(x, y)
+np.savez(sys.argv[1], *outs[0])
+"""
+
+
+@pytest.mark.parametrize("command_buffers", [True, False], ids=["graphs", "streams"])
+def test_dependent_launch_is_bitwise_serial_launch(command_buffers, tmp_path):
+    """JAX_MOE_FFI_PDL=1 (cc/cuda/dependent_launch.cuh) lets the descriptor kernel, the FP8 scale repack and zero
+    kernels and the GEMM start before the kernel ahead of them ends; each waits for it before touching memory. A
+    missing wait would read the setup kernel's arrays (or the repacked scales) before they are written: garbage
+    shapes, pointers or scales, i.e. outputs that differ from a serial launch's, or between repeats. So bf16
+    forward, dgrad, wgrad and the pair launch, the FP8 forward and its gradients (repack, zero rows, the FP8
+    wgrad's empty-group zeros) must be bitwise the serial launch's, in each of 8 repeats, through XLA's command
+    buffers (stream capture) and without them."""
+    import os
+    import subprocess
+    import sys
+    outs = {}
+    for pdl in ("0", "1"):
+        env = dict(os.environ, JAX_MOE_FFI_PDL=pdl)
+        if not command_buffers:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=").strip()
+        path = tmp_path / f"pdl{pdl}.npz"
+        run = subprocess.run([sys.executable, "-c", _PDL_SCRIPT, str(path), "8"], env=env, capture_output=True,
+                             text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs[pdl] = np.load(path)
+    for key in outs["0"].files:
+        assert np.any(outs["0"][key] != 0)
+        np.testing.assert_array_equal(outs["1"][key], outs["0"][key])

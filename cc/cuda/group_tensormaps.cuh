@@ -30,6 +30,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cuda/dependent_launch.cuh"
 
 namespace jax_moe_ffi {
 namespace cuda {
@@ -187,6 +188,8 @@ __global__ void __launch_bounds__(32 * kBuildMapsWarps)
   };
   __shared__ typename Mainloop::TensorMapStorage mainloop_maps[kBuildMapsWarps];
   __shared__ DMap d_maps[kBuildMapsWarps];
+  LetDependentGridsLaunch();  // the GEMM's CTAs may take their SMs now; they wait for this grid to finish
+  WaitForPrecedingGrids();    // the problem shapes and pointer arrays: the setup kernel's
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int32_t group = static_cast<int32_t>(blockIdx.x) * kBuildMapsWarps + warp;
   if (group >= params.problem_shape.groups()) return;  // (whole warps)

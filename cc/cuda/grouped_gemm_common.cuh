@@ -23,6 +23,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "cutlass/gemm/gemm.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/group_tensormaps.cuh"
 #include "xla/ffi/api/ffi.h"
 
@@ -136,6 +137,17 @@ cudaLaunchAttribute ClusterAttribute() {
   return attr;
 }
 
+// A CUTLASS 3.x kernel's entry point (cutlass::device_kernel's body) behind a wait for the grids before it
+// (dependent_launch.cuh): with PDL its CTAs may be resident before the descriptor kernel has finished.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    GroupedGemmKernel(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
+  WaitForPrecedingGrids();
+  extern __shared__ char smem[];
+  Kernel op;
+  op(params, smem);
+}
+
 // Per (kernel, device) one-time setup: opt in to the kernel's large dynamic shared memory and ask
 // the driver how many clusters can be co-resident. The persistent grid must not exceed that
 // number of clusters: a cluster that cannot start until another one has *finished all of its
@@ -150,7 +162,7 @@ ffi::Error PrepareKernel(int device, int* max_active_clusters) {
     *max_active_clusters = it->second;
     return ffi::Error::Success();
   }
-  const void* fn = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+  const void* fn = reinterpret_cast<const void*>(&GroupedGemmKernel<Kernel>);
   const int smem = static_cast<int>(Kernel::SharedStorageSize);
   JMF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
@@ -239,6 +251,42 @@ inline bool EnvSwitch(const char* name, const char* fallback, const char* other)
     }
   }
   return choice == other;
+}
+
+// Programmatic dependent launch for the kernels after a call's setup kernel (dependent_launch.cuh): JAX_MOE_FFI_PDL=0|1.
+// Read on every call (one getenv), so that one process can A/B it: a fresh jit records a new XLA command buffer,
+// which runs the handler again.
+inline bool DependentLaunchOn() { return EnvSwitch("JAX_MOE_FFI_PDL", "0", "1"); }
+
+// The launch attributes of a kernel of the chain: the PDL attribute when on, and `extra` (e.g. a cluster shape).
+struct ChainLaunchAttributes {
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned count = 0;
+  explicit ChainLaunchAttributes(const cudaLaunchAttribute* extra = nullptr) {
+    if (extra != nullptr) attrs[count++] = *extra;
+    if (DependentLaunchOn()) {
+      attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[count].val.programmaticStreamSerializationAllowed = 1;
+      ++count;
+    }
+  }
+};
+
+// Launches a kernel of the chain after the setup kernel; it must start with WaitForPrecedingGrids().
+template <class... Params, class... Args>
+ffi::Error LaunchInChain(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, const char* name,
+                         Args... args) {
+  ChainLaunchAttributes attributes;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cfg.attrs = attributes.attrs;
+  cfg.numAttrs = attributes.count;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+  if (err != cudaSuccess) return CudaError(name, err);
+  JMF_CUDA_CHECK_LAUNCH(name);
+  return ffi::Error::Success();
 }
 
 // An A/B knob's value: read once in a shipped build; on every call in an experiment build
@@ -445,6 +493,8 @@ constexpr int kZeroThreads = 256;
 __global__ void __launch_bounds__(kZeroThreads)
     ZeroTailRowsKernel(uint4* __restrict__ out, const int64_t* __restrict__ total_rows,
                        int64_t vecs_per_row, int64_t total_vecs) {
+  LetDependentGridsLaunch();
+  WaitForPrecedingGrids();  // (total_rows: the setup kernel's)
   const int64_t begin = *total_rows * vecs_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -462,10 +512,8 @@ inline ffi::Error ZeroTailRows(void* out, const int64_t* total_rows, int64_t m, 
   const int64_t max_blocks = 4 * static_cast<int64_t>(sm_count);
   blocks = blocks > max_blocks ? max_blocks : blocks;
   if (blocks < 1) return ffi::Error::Success();
-  ZeroTailRowsKernel<<<static_cast<unsigned>(blocks), kZeroThreads, 0, stream>>>(
-      static_cast<uint4*>(out), total_rows, vecs_per_row, total_vecs);
-  JMF_CUDA_CHECK_LAUNCH("ZeroTailRowsKernel launch");
-  return ffi::Error::Success();
+  return LaunchInChain(ZeroTailRowsKernel, dim3(static_cast<unsigned>(blocks)), dim3(kZeroThreads), stream,
+                       "ZeroTailRowsKernel launch", static_cast<uint4*>(out), total_rows, vecs_per_row, total_vecs);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -570,20 +618,20 @@ ffi::Error LaunchCutlassKernel(const typename Kernel::Arguments& args, void* wor
     // Per-group descriptors into the workspace, from the arrays the setup kernel wrote (group_tensormaps.cuh).
     const int groups = args.problem_shape.groups();
     const unsigned blocks = static_cast<unsigned>(CeilDiv(std::max(groups, 1), kBuildMapsWarps));
-    BuildGroupTensormapsKernel<Kernel><<<blocks, 32 * kBuildMapsWarps, 0, stream>>>(params);
-    JMF_CUDA_CHECK_LAUNCH("BuildGroupTensormapsKernel launch");
+    JMF_RETURN_IF_ERROR(LaunchInChain(BuildGroupTensormapsKernel<Kernel>, dim3(blocks), dim3(32 * kBuildMapsWarps),
+                                      stream, "BuildGroupTensormapsKernel launch", params));
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = Kernel::get_grid_shape(params);
   cfg.blockDim = Kernel::get_block_shape();
   cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1] = {ClusterAttribute<Kernel>()};
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchAttribute cluster = ClusterAttribute<Kernel>();
+  ChainLaunchAttributes attributes(&cluster);
+  cfg.attrs = attributes.attrs;
+  cfg.numAttrs = attributes.count;
   void* kernel_args[] = {&params};
-  JMF_CUDA_CHECK(cudaLaunchKernelExC(
-      &cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args));
+  JMF_CUDA_CHECK(cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&GroupedGemmKernel<Kernel>), kernel_args));
   JMF_CUDA_CHECK_LAUNCH("grouped GEMM kernel launch");
   return ffi::Error::Success();
 }

@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(kSetupThreads)
   using Arr = Fp8GroupArrays<GemmDef>;
   __shared__ int64_t warp_offsets[kSetupThreads / 32];
   __shared__ int64_t chunk_total;
+  LetDependentGridsLaunch();  // (they wait for this grid: dependent_launch.cuh)
   const int64_t kb = (k + kScaleBlock - 1) / kScaleBlock;
   const int64_t nb = (n + kScaleBlock - 1) / kScaleBlock;
   int64_t carry = 0;
@@ -145,6 +146,8 @@ __global__ void __launch_bounds__(kRepackThreads)
     RepackScalesKernel(const float* __restrict__ lhs_scale, float* __restrict__ sfa,
                        const int64_t* __restrict__ ends, const int64_t* __restrict__ total_rows,
                        int64_t num_groups, int64_t m, int64_t kb, RowPart part) {
+  LetDependentGridsLaunch();
+  WaitForPrecedingGrids();  // (ends, total_rows: the setup kernel's)
   const int64_t total = *total_rows;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m * kb;
@@ -166,6 +169,8 @@ __global__ void __launch_bounds__(kRepackThreads)
     RepackScaleRowsKernel(const float* __restrict__ lhs_scale, float* __restrict__ sfa,
                           const int64_t* __restrict__ ends, const int64_t* __restrict__ total_rows,
                           int64_t num_groups, int64_t kb, RowPart part) {
+  LetDependentGridsLaunch();
+  WaitForPrecedingGrids();  // (ends, total_rows: the setup kernel's)
   const int64_t total = *total_rows;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < total; r += stride) {
@@ -302,14 +307,14 @@ ffi::Error RunFp8GroupedGemm(cudaStream_t stream, const Workspace& ws, const Fp8
     int64_t blocks = CeilDiv(by_rows ? c.m : c.m * kb, kRepackThreads);
     const int64_t max_blocks = 4 * static_cast<int64_t>(dev.sm_count);
     blocks = blocks > max_blocks ? max_blocks : blocks;
+    const dim3 grid(static_cast<unsigned>(blocks)), block(kRepackThreads);
     if (by_rows) {
-      RepackScaleRowsKernel<<<static_cast<unsigned>(blocks), kRepackThreads, 0, stream>>>(
-          c.a_scale, arr.sfa, arr.ends, arr.total, c.g, kb, part);
+      JMF_RETURN_IF_ERROR(LaunchInChain(RepackScaleRowsKernel, grid, block, stream, "RepackScaleRowsKernel launch",
+                                        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, kb, part));
     } else {
-      RepackScalesKernel<<<static_cast<unsigned>(blocks), kRepackThreads, 0, stream>>>(
-          c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb, part);
+      JMF_RETURN_IF_ERROR(LaunchInChain(RepackScalesKernel, grid, block, stream, "RepackScalesKernel launch",
+                                        c.a_scale, arr.sfa, arr.ends, arr.total, c.g, c.m, kb, part));
     }
-    JMF_CUDA_CHECK_LAUNCH("RepackScalesKernel launch");
   }
 
   // 3. Rows past the total are zero (bf16 rows: N % 8 == 0 makes them whole 16-byte vectors).
@@ -813,6 +818,7 @@ __global__ void __launch_bounds__(kSetupThreads)
                         const float* b_scale, typename Fp8GroupArrays<GemmDef>::ElementD* d, WgradOrder order) {
   using Arr = Fp8GroupArrays<GemmDef>;
   __shared__ int32_t group_blocks[kMaxOrderedGroups];  // ordered: every group's blocks, for WgradProblemSlot
+  LetDependentGridsLaunch();  // (they wait for this grid: dependent_launch.cuh)
   const int32_t* block_off = plan + num_groups + 1;
   const int64_t p_blocks = p / kScaleBlock;
   // Offsets clamped to [0, P/128] and made non-decreasing: a plan that did not come from quantize_groups_t
@@ -852,6 +858,8 @@ __global__ void __launch_bounds__(kSetupThreads)
 __global__ void __launch_bounds__(kZeroThreads)
     ZeroEmptyWgradGroupsKernel(uint4* __restrict__ out, const int32_t* __restrict__ plan, int64_t num_groups,
                                int64_t p_blocks, int64_t vecs_per_group) {
+  LetDependentGridsLaunch();
+  WaitForPrecedingGrids();  // (a kernel of the chain: dependent_launch.cuh)
   const int64_t g = blockIdx.y;
   const int32_t* block_off = plan + num_groups + 1;
   // The setup kernel's clamped offsets: group g has blocks iff its end passes its (clamped) start.
@@ -894,9 +902,10 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
     const int64_t vecs = c.k * c.n * 2 / 16;  // bf16, N % 8 == 0
     int64_t bx = CeilDiv(vecs, kZeroThreads);
     bx = bx > 8 ? 8 : bx;
-    ZeroEmptyWgradGroupsKernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c.g)), kZeroThreads, 0, stream>>>(
-        static_cast<uint4*>(c.d), c.plan, c.g, c.p / kScaleBlock, vecs);
-    JMF_CUDA_CHECK_LAUNCH("ZeroEmptyWgradGroupsKernel launch");
+    JMF_RETURN_IF_ERROR(LaunchInChain(ZeroEmptyWgradGroupsKernel,
+                                      dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c.g)), dim3(kZeroThreads),
+                                      stream, "ZeroEmptyWgradGroupsKernel launch", static_cast<uint4*>(c.d), c.plan,
+                                      c.g, c.p / kScaleBlock, vecs));
   }
   {  // the tile order (WgradSchedule, grouped_gemm_common.cuh): CUTLASS's along-M, unswizzled, unless asked
     const WgradScheduleChoice schedule = WgradSchedule();

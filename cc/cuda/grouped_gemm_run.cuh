@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(kSetupThreads)
   __shared__ int64_t chunk_total;
   __shared__ bool chunk_empty[kSetupThreads];  // Zero::kEmptyGroups: group base + i has no rows
   __shared__ int32_t group_rows[kMaxOrderedGroups];  // ordered: every group's rows, for WgradProblemSlot
+  LetDependentGridsLaunch();  // (they wait for this grid: dependent_launch.cuh)
   const bool writer = write_arrays && blockIdx.x == 0 && blockIdx.y == 0;  // uniform per block
   // ordered (wgrad): problem slots by rows (WgradProblemOrder); needs all rows first, one more scan.
   const bool ordered = writer && order != WgradOrder::kGroups && num_groups <= kMaxOrderedGroups;  // uniform per block
