@@ -44,8 +44,10 @@ def test_offload_tags_and_policy_offload_the_moe_intermediates():
 
 
 def _custom_calls(f, args):
-    """{FFI target: count} in the compiled HLO of f's gradient."""
+    """{FFI target: count} in the compiled HLO of f's gradient, compiled for the CPU on any backend: on a GPU the
+    float32 grouped GEMMs lower to XLA's fallback (the CUDA kernels take bf16 / fp16), so there is nothing to count."""
     loss = lambda p, x: jnp.sum(f(p, x) ** 2)
+    args = jax.device_put(args, jax.devices("cpu")[0])
     text = jax.jit(jax.grad(loss, (0, 1))).lower(*args).compile().as_text()
     return collections.Counter(re.findall(r'custom_call_target="(jax_moe_ffi_\w+)"', text))
 
@@ -148,7 +150,8 @@ def test_streams_in_scanned_grad_leave_one_annotated_call_per_region():
     if runtime.streams_supported():
         assert calls
     for comp, line in calls:
-        assert re.search(r"[\]})] call\(", line), line  # the instruction is a call
+        # the instruction is a call; XLA:GPU has made it an asynchronous call-start on its stream
+        assert re.search(r"[\]})] call(-start)?\(", line), line
         below = set().union(*(_nested(comps, c) for c in _callees(line)))
         assert below, line
         for c in below:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import jax_moe_ffi
-from jax_moe_ffi import models as M
+from jax_moe_ffi import _registry, models as M
 from jax_moe_ffi.rewrite import emit as EM
 from jax_moe_ffi.rewrite import explain, optimize
 from helpers import cpu_lowered_text
@@ -779,6 +779,29 @@ def test_vmap_and_pure_jax_backend(monkeypatch):
     g0 = jax.grad(lambda p: jnp.sum(M.dense_moe(p, x) ** 2))(p)
     g1 = jax.grad(lambda p: jnp.sum(optimize(M.dense_moe)(p, x) ** 2))(p)
     assert tree_rel(g1, g0) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_vmap_and_grad_lower_for_a_gpu(dtype):
+    """The CUDA branch of every op is traced on any machine when lowering for a GPU: float32 runs the ops' pure-JAX /
+    XLA fallbacks there. vmap over a rewritten model failed on the GPU platform (session 37: XLA's ragged_dot has no
+    batching rule for an unbatched operand), which the CPU run never traced. Lowering for "cuda" here traces the
+    same branches (the CUDA kernels for bf16, the fallbacks for float32) under vmap and under grad of vmap."""
+    p, x = _inputs(_seed())
+    p = jax.tree.map(lambda a: a.astype(dtype), p)
+    xb = jnp.stack([x, 2 * x]).astype(dtype)
+    fast = jax.vmap(optimize(M.dense_moe), in_axes=(None, 0))
+    loss = lambda p, xb: jnp.sum(fast(p, xb).astype(jnp.float32) ** 2)
+    for fn in (fast, jax.grad(loss, argnums=(0, 1))):
+        text = jax.jit(fn).trace(p, xb).lower(lowering_platforms=("cuda",)).as_text()
+        targets = set(re.findall(r"custom_call @(jax_moe_ffi_\w+)", text))
+        gemms = {t for t in targets if t.startswith("jax_moe_ffi_grouped_gemm")}
+        if not _registry.cuda_targets:  # no CUDA library here: every op lowers to its fallback
+            assert not targets, targets
+        elif dtype == jnp.bfloat16:  # the CUDA grouped GEMM is in the GPU program
+            assert gemms, targets
+        else:  # float32: XLA's fallback, no grouped-GEMM call
+            assert not gemms, targets
 
 
 def test_bfloat16():

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings, strategies as st
 import jax_moe_ffi as jmf
 from jax_moe_ffi import models as M
 
-from helpers import rel, tree_rel
+from helpers import cpu_lowered_text, rel, tree_rel
 
 GG = "jax_moe_ffi_grouped_gemm"
 
@@ -120,10 +120,11 @@ def test_package_model_is_rewritten_and_routes_once(monkeypatch):
     g1 = jax.grad(lambda p: jnp.sum(fast(p, x) ** 2))(p)
     g0 = jax.grad(lambda p: jnp.sum(M.gathered_weights_moe(p, x) ** 2))(p)
     assert tree_rel(g1, g0) < 1e-5
-    text = str(jax.make_jaxpr(fast)(p, x))
+    # (the CPU lowering on any backend: on a GPU the program also holds the CUDA branch of each op)
+    text = cpu_lowered_text(fast, p, x)
     # one routing plan for the three gathers of one id array; x dispatched once for the gate and up GEMMs
-    assert text.count("target_name=jax_moe_ffi_dispatch_plan") == 1, text
-    assert len(re.findall(r"target_name=jax_moe_ffi_dispatch(?![_a-z])", text)) == 2, text  # x once, h once
+    assert text.count("custom_call @jax_moe_ffi_dispatch_plan(") == 1, text
+    assert text.count("custom_call @jax_moe_ffi_dispatch(") == 2, text  # x once, h once
 
 
 def test_inside_scan_over_layers_with_checkpoint():

@@ -120,6 +120,10 @@ def on_platforms(target: str, args, *, cpu, cuda, fallback, cuda_unusable: str |
     # slots of every branch it does not take -- on the Qwen3 train step an f32 [8192, 8, 2048] zeros (537 MB,
     # 0.16 ms) a step from the combine's fallback, on a GPU that runs the CUDA kernel (session 27).
     fallback = jax.checkpoint(fallback, prevent_cse=False, policy=jax.checkpoint_policies.nothing_saveable)
+    # Batched like the FFI calls (vmap_method="sequential"): a loop over the batch. XLA's ragged_dot, which most
+    # fallbacks are, has no batching rule for an unbatched operand ("ragged_dot vmap over any dim but 0 - NYI"), so
+    # vmap over a rewritten float32 model failed on a GPU, where the fallback runs (session 37's GPU-platform run).
+    fallback = jax.custom_batching.sequential_vmap(fallback)
     cpu, fallback_other = _non_gpu_branch(cpu), _non_gpu_branch(fallback)
     if cuda_unusable is None:
         return jax.lax.platform_dependent(*args, cpu=same(cpu), cuda=same(cuda), default=same(fallback_other))
