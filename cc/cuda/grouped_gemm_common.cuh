@@ -253,10 +253,10 @@ inline bool EnvSwitch(const char* name, const char* fallback, const char* other)
   return choice == other;
 }
 
-// Programmatic dependent launch for the kernels after a call's setup kernel (dependent_launch.cuh): JAX_MOE_FFI_PDL=0|1.
-// Read on every call (one getenv), so that one process can A/B it: a fresh jit records a new XLA command buffer,
-// which runs the handler again.
-inline bool DependentLaunchOn() { return EnvSwitch("JAX_MOE_FFI_PDL", "0", "1"); }
+// Programmatic dependent launch for the kernels after a call's setup kernel (dependent_launch.cuh): JAX_MOE_FFI_PDL=1|0,
+// on by default since session 37 (cc/cuda/NOTES.md). Read on every call (one getenv), so that one process can A/B it:
+// a fresh jit records a new XLA command buffer, which runs the handler again.
+inline bool DependentLaunchOn() { return !EnvSwitch("JAX_MOE_FFI_PDL", "1", "0"); }
 
 // The launch attributes of a kernel of the chain: the PDL attribute when on, and `extra` (e.g. a cluster shape).
 struct ChainLaunchAttributes {
