@@ -76,6 +76,51 @@ struct SlicedPromotionMainloop : Base {
   using SliceMma =
       decltype(cute::make_tiled_mma(SliceAtom{}, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
 
+  // The scale loads of the auxiliary producer warp (thread_idx is its lane), per k-tile: A's 128 row scales, lane l
+  // copying rows l, l + 32, ...; B's kTileN / ScaleGranularityN block scales, lane b copying block b. Why not the
+  // inherited one: there every lane below ScaleNsPerTile copies all of the tile's B scales, so on 256-wide tiles
+  // (two B blocks) lanes 0 and 1 both write the same two floats into shared memory -- equal values, but a
+  // write-write race that compute-sanitizer's racecheck reports. Same loads otherwise (cp.async, predicated on
+  // the group's M and N, one commit per lane per stage), so the output is unchanged.
+  template <class TensorA, class TensorB, class TensorSFA, class TensorSFB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load_auxiliary(Params const& /*mainloop_params*/, MainloopPipeline pipeline,
+                                     PipelineState smem_pipe_write,
+                                     cute::tuple<TensorA, TensorB, TensorSFA, TensorSFB> const& load_inputs,
+                                     BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count,
+                                     int thread_idx, uint32_t /*block_rank_in_cluster*/,
+                                     TensorStorage& shared_tensors) {
+    using namespace cute;
+    constexpr int kTileM = size<0>(TileShape{});
+    constexpr int kTileK = size<2>(TileShape{});
+    constexpr int kBlocksN = kTileN / Base::ScaleGranularityN;
+    static_assert(kBlocksN <= cutlass::NumThreadsPerWarp, "one lane per B scale block");
+    // Global scales indexed by element coordinates (m or n, k, l): zero strides inside a scale block.
+    Tensor mSFA = get<2>(load_inputs);
+    Tensor mSFB = get<3>(load_inputs);
+    Tensor sSFA = make_tensor(make_smem_ptr(shared_tensors.smem_SFA.data()), typename Base::SmemLayoutSFA{});
+    Tensor sSFB = make_tensor(make_smem_ptr(shared_tensors.smem_SFB.data()), typename Base::SmemLayoutSFB{});
+    const int m0 = int(get<0>(blk_coord)) * kTileM;
+    const int n0 = int(get<1>(blk_coord)) * kTileN;
+    const int rows = size<0>(mSFA);     // the group's M (row granularity 1)
+    const int columns = size<0>(mSFB);  // the group's N rounded up to whole scale blocks
+    using Copy = cutlass::arch::cp_async<sizeof(ElementBlockScale), cutlass::arch::CacheOperation::Always>;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++smem_pipe_write) {
+      pipeline.producer_acquire(smem_pipe_write);
+      const int stage = smem_pipe_write.index();
+      const int k = int(*k_tile_iter) * kTileK;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = thread_idx; r < kTileM; r += cutlass::NumThreadsPerWarp) {
+        Copy(&sSFA(r, 0, stage), &mSFA(m0 + r, k, 0), m0 + r < rows);
+      }
+      if (thread_idx < kBlocksN) {
+        const int n = thread_idx * Base::ScaleGranularityN;
+        Copy(&sSFB(n, 0, stage), &mSFB(n0 + n, k, 0), n0 + n < columns);
+      }
+      pipeline.producer_commit(smem_pipe_write, cutlass::arch::cpasync_barrier_arrive_noinc);
+    }
+  }
+
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors,

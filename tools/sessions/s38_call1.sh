@@ -12,7 +12,7 @@ step fixed_pass_tests ${T_FIXED:-140} tests/test_pass_runtime.py tests/test_flax
   tests/test_rewrite.py::test_vmap_and_pure_jax_backend tests/test_rewrite.py::test_vmap_and_grad_lower_for_a_gpu
 PT=$PT0
 unset XLA_PYTHON_CLIENT_PREALLOCATE
-step pdl_bitwise_default ${T_BITWISE:-80} -m gpu tests/test_gpu_grouped_gemm.py -k dependent_launch
+[ -n "${BITWISE:-}" ] && step pdl_bitwise_default ${T_BITWISE:-80} -m gpu tests/test_gpu_grouped_gemm.py -k dependent_launch
 timeout ${T_GG:-270} python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot > $R/grouped_gemm.log 2>&1
 echo "grouped_gemm rc=$? at $((SECONDS - T0)) s"; tail -30 $R/grouped_gemm.log | cut -c1-160
 cp benchmarks/results/grouped_gemm_* $R/ 2>/dev/null
