@@ -2,11 +2,14 @@
 // cc/cuda/fp8_wide_tile_mainloop.cuh) against the partition CUTLASS's blockwise producer uses: for every tile of a few
 // problem shapes and one k-tile, the set of (shared-memory slot, global address) copies both make must be equal, and
 // no shared-memory slot may be written by two lanes in ours (CUTLASS's writes the B scales twice on 256-wide tiles,
-// which is what racecheck reported); what CUTLASS copies besides (blocks past N) is counted. Runs on any machine (layouts only, no GPU):
+// which is what racecheck reported); what CUTLASS copies besides (blocks past N) is counted. The "ours" side restates
+// the kernel's index math (the kernel itself is device code): keep the two in step. Runs anywhere (layouts, no GPU):
 //   nvcc -std=c++17 -I<cutlass include> -o /tmp/scale_loads tools/checks/fp8_scale_loads.cu && /tmp/scale_loads
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,7 +45,7 @@ int main() {
           // CUTLASS's partition: 32 lanes, one element per copy, predicated on the identity tensor's coordinates.
           Copies theirs_a, theirs_b, ours_a, ours_b;
           auto record_theirs = [&](auto& copies, auto m_tensor, auto s_tensor, auto step, int coord, float* g0,
-                                   float* s0, int lane, auto& seen, bool enabled) {
+                                   float* s0, int lane, bool enabled) {
             Tensor id = make_identity_tensor(shape(m_tensor.layout()));
             Tensor g = local_tile(m_tensor, TileShape{}, make_coord(_, _, _), step)(_, _, coord, _, 0);
             Tensor c = local_tile(id, TileShape{}, make_coord(_, _, _), step)(_, _, coord, _, 0);
@@ -55,17 +58,15 @@ int main() {
             for (int i = 0; i < size(ts); ++i) {
               if (enabled && elem_less(tc(i), shape(m_tensor.layout()))) {
                 copies[&ts(i) - s0].insert(&tg(i) - g0);
-                seen.insert(&ts(i) - s0);
               }
             }
           };
           std::map<long, int> lanes_a, lanes_b;  // ours: slot -> number of lanes writing it
           for (int lane = 0; lane < 32; ++lane) {
-            std::set<long> seen_a, seen_b;
             record_theirs(theirs_a, mSFA, sSFA, Step<_1, Underscore, _1>{}, m_coord, ga.data(), sa.data(), lane,
-                          seen_a, lane < 128);
+                          lane < 128);  // CUTLASS: lanes below ScaleMsPerTile (128: all 32)
             record_theirs(theirs_b, mSFB, sSFB, Step<Underscore, _1, _1>{}, n_coord, gb.data(), sb.data(), lane,
-                          seen_b, lane < 2);
+                          lane < 2);  // CUTLASS: lanes below ScaleNsPerTile
             // ours, as in SlicedPromotionMainloop::load_auxiliary
             const int m0 = m_coord * 128, n0 = n_coord * 256, k = k_tile * 128;
             for (int r = lane; r < 128; r += 32) {
