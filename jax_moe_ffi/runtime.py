@@ -284,6 +284,26 @@ def _compute_type_unset(cm):
         cm.set_local(prev)
 
 
+def _under_vmap() -> bool:
+    """Whether a jax.vmap is being traced around this call (also from outside a jax.jit: the jit's trace keeps the
+    vmap's as its parent). Our ops batch sequentially, as a while loop; inside a stream-annotated call that loop's
+    asynchronous fusions got no stream from XLA:GPU (H100, JAX 0.11.2: "No ExecutionStreamId found for
+    %fusion-start ... in compute_on/.../while/body"), so no region is placed under a vmap. Not seen: a vmap of a
+    jax.jit whose trace JAX reuses from its cache (the same function traced before without the vmap); give such a
+    function optimize(..., streams=False)."""
+    try:
+        from jax._src import core
+        from jax._src.interpreters import batching
+        trace = core.trace_ctx.trace
+    except (ImportError, AttributeError):  # a JAX without these internals: place as asked
+        return False
+    while trace is not None:
+        if isinstance(trace, batching.BatchTrace):
+            return True
+        trace = getattr(trace, "parent_trace", None)
+    return False
+
+
 def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
     """Wraps ``fn`` so its ops run on GPU stream ``stream_id`` (see the module docstring)."""
     if not isinstance(stream_id, (int, np.integer)) or isinstance(stream_id, bool) or stream_id < 1:
@@ -312,6 +332,11 @@ def on_stream(fn, stream_id: int = SHARED_EXPERT_STREAM):
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         if getattr(_local, "depth", 0):  # already inside on_stream: JAX forbids nesting, keep the outer stream
+            return fn(*args, **kwargs)
+        if _under_vmap():
+            _warn_once("on_stream_vmap", "jax_moe_ffi.runtime.on_stream: under jax.vmap the region runs on the main "
+                                         "stream (the ops batch as a loop, and XLA:GPU cannot give a stream to the "
+                                         "asynchronous ops in a loop inside an annotated call)")
             return fn(*args, **kwargs)
         return placed(args, kwargs)
 

@@ -324,8 +324,10 @@ def _run_tiles(where, tiles):
 
     tiles, _, repack = tiles.partition("@")  # <tiles>@rows: JAX_MOE_FFI_FP8_REPACK=rows
     tiles, _, launch = tiles.partition("+")  # <tiles>+stream: a split's second kernel on a side stream
+    # (the child allocates as it goes: this process may already hold XLA's preallocated 75% of the GPU, and on an
+    # 80 GB card what is left is less than the child's own 75%)
     env = dict(os.environ, JAX_MOE_FFI_FP8_TILES=tiles, JAX_MOE_FFI_SECOND_LAUNCH=launch or "serial",
-               JAX_MOE_FFI_FP8_REPACK=repack or "elements")
+               JAX_MOE_FFI_FP8_REPACK=repack or "elements", XLA_PYTHON_CLIENT_PREALLOCATE="false")
     subprocess.run([sys.executable, "-c", _TILES_SCRIPT, str(where), str(len(WIDE_CASES))], env=env, check=True,
                    timeout=240)
     return [np.load(where / f"out{i}.npy") for i in range(len(WIDE_CASES))]

@@ -85,9 +85,9 @@ struct SlicedPromotionMainloop : Base {
   // the group's M and N, one commit per lane per stage), so the output is unchanged -- except that the inherited
   // one also copies, on a partial last n-tile, the B block past N (a scale of the next k-block, or one past the
   // group's end at the last k-tile; used only for columns never stored), which this one does not. Index math
-  // checked against CUTLASS's partition on the host (tools/checks/fp8_scale_loads.cu, run by CI); not yet run on a
-  // GPU (session 38 got no device time), hence behind -DJAX_MOE_FFI_FP8_OWN_SCALE_LOADS=ON until racecheck and the
-  // bitwise wide-tile tests have passed with it.
+  // checked against CUTLASS's partition on the host (tools/checks/fp8_scale_loads.cu, run by CI); on the GPU
+  // (session 39, H100) racecheck reports no hazard and the wide-tile kernels stay bitwise the 128x128 one.
+  // -DJAX_MOE_FFI_FP8_OWN_SCALE_LOADS=OFF builds the inherited loads instead.
   template <class TensorA, class TensorB, class TensorSFA, class TensorSFB, class KTileIterator, class BlockCoord>
   CUTLASS_DEVICE void load_auxiliary(Params const& /*mainloop_params*/, MainloopPipeline pipeline,
                                      PipelineState smem_pipe_write,

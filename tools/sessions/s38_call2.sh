@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 38, call 2 (never ran: no device time). Needs the library built with -DJAX_MOE_FFI_FP8_OWN_SCALE_LOADS=ON
-# (the FP8 wide-tile mainloop's own scale loads). (a) racecheck on the FP8 sanitize cases (the 128x256 kernel's
+# Session 38, call 2 (ran in session 39, on an H100). Needs the library built with the own FP8 scale loads
+# (-DJAX_MOE_FFI_FP8_OWN_SCALE_LOADS, on by default since). (a) racecheck on the FP8 sanitize cases (the 128x256 kernel's
 # duplicate SFB write should be gone) and the wide-vs-128x128 bitwise test;
 # (b) the bf16 grouped-GEMM table (issue 3) with PDL on; (c) the GPU-platform pass tests fixed in session 37.
 set -uo pipefail
