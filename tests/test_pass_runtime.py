@@ -171,7 +171,7 @@ def test_no_stream_region_under_vmap(monkeypatch):
     if not runtime.streams_supported():
         pytest.skip(f"JAX {jax.__version__} cannot annotate streams")
     monkeypatch.setattr(runtime, "_warned", set())
-    x = jnp.arange(12.0).reshape(3, 4)
+    x = jax.random.normal(jax.random.PRNGKey(np.random.default_rng().integers(2**31)), (3, 4))
     # (each case a new function: a jit traced before without the vmap would be reused from JAX's trace cache)
     fresh = lambda: runtime.on_stream(lambda x: jnp.sin(x) * 2.0)
     with pytest.warns(UserWarning, match="under jax.vmap"):
