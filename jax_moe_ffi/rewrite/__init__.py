@@ -120,21 +120,21 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
       output; an indexed name overrides its family: {"moe_dispatched_rows": "device", "moe_expert_hidden":
       "device", "moe_expert_hidden.0": "pinned_host"} offloads only the gate projection's output, which on the
       H200 cost 5% of a DeepSeek-shaped step for a peak 0.54 GB lower, where gate and up together cost 22%:
-      README "Streams and host offload"). The dispatched rows and the expert
+      docs/performance_history.md, "Streams and host offload"). The dispatched rows and the expert
       GEMM outputs are tagged (runtime.tag), and every `jax.checkpoint` region of `fn` that holds a site keeps its
       own policy for everything else but, for the tags, "pinned_host" offloads the dispatched rows and expert
       outputs to host memory and "device" saves the dispatched rows and expert GEMM outputs (with
       recipe="blockwise" also the weights' FP8 quantisation, "moe_fp8_weights") on the device (the
       backward then recomputes no expert GEMM, for more memory; on the H200 that was 16% faster on a DeepSeek-
       shaped scan and 7% slower on a Qwen3-shaped one, where stacking the saved values cost more than the
-      recompute: README "Streams and host offload"). The returned function also carries
+      recompute: docs/performance_history.md, "Streams and host offload"). The returned function also carries
       `.offload_policy` (runtime.moe_remat_policy) for `jax.checkpoint(fast, policy=...)` around it.
     streams: run the combine, and any side branch beside a site (computed from its tokens, neither feeding nor
       using a site: a shared expert), under GPU stream annotations (runtime.on_stream); XLA reads them with
       `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts (XLA's CUDA graphs kept, with
       CONCURRENT scheduling inside them). On the H200 (jaxlib 0.11.2) no step-time gain from the annotations
       was measured, with graphs on or off; the flags themselves took 1.3-2% off the Qwen3 train step: see
-      README "Streams". Under jax.vmap nothing is placed (said once): the ops batch as a loop, which XLA:GPU
+      README "Streams and host offload". Under jax.vmap nothing is placed (said once): the ops batch as a loop, which XLA:GPU
       cannot run inside a stream-annotated call (runtime.on_stream).
     keep_prevent_cse: a `jax.checkpoint` region holding a site, directly inside a `lax.scan` / `while_loop` body,
       is rebuilt with prevent_cse=False (the default here): in a loop XLA cannot merge the backward's recompute
@@ -142,7 +142,7 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
       XLA copy the layer's weights out of the stacked weights every step. True keeps the model's setting.
       The values computed are the same (gradients bitwise on the CPU, tests/test_rewrite.py); on the GPU XLA may
       fuse the backward differently, so bf16 results can differ by rounding. On the H200 Qwen3-shaped train step
-      dropping it took 3.0-6.4% off the step (README "Training step", session 26).
+      dropping it took 3.0-6.4% off the step (docs/performance_history.md, "Training step", session 26).
     If nothing matches, the function runs unchanged and a warning is given once.
     A scanned model also gains from `jax_moe_ffi.runtime.uninitialized_scan_outputs()` around its jitted step's
     first call (JAX's zero fill of the scans' stacked outputs skipped; explain() names the scans).
