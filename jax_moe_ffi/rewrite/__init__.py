@@ -134,8 +134,8 @@ def optimize(fn, *, mode="exact", recipe=None, offload=None, streams=True, keep_
       `jax_moe_ffi.runtime.apply_xla_flags()` set before the backend starts (XLA's CUDA graphs kept, with
       CONCURRENT scheduling inside them). On the H200 (jaxlib 0.11.2) no step-time gain from the annotations
       was measured, with graphs on or off; the flags themselves took 1.3-2% off the Qwen3 train step: see
-      README "Streams and host offload". Under jax.vmap nothing is placed (said once): the ops batch as a loop, which XLA:GPU
-      cannot run inside a stream-annotated call (runtime.on_stream).
+      README "Streams and host offload". Under jax.vmap nothing is placed (said once): the ops batch as a
+      loop, which XLA:GPU cannot run inside a stream-annotated call (runtime.on_stream).
     keep_prevent_cse: a `jax.checkpoint` region holding a site, directly inside a `lax.scan` / `while_loop` body,
       is rebuilt with prevent_cse=False (the default here): in a loop XLA cannot merge the backward's recompute
       with the forward, and the optimization barrier that prevent_cse=True puts on the recompute's inputs makes
