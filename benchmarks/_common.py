@@ -203,8 +203,9 @@ def machine_tag() -> str:
 
 
 def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title: str,
-                  plot_groups: tuple[str, ...] = ("even",)) -> Path:
-    """Writes benchmarks/results/<name>.{json,md,png}; returns the JSON path."""
+                  plot_groups: tuple[str, ...] = ("even",), extra_md: list[str] | None = None) -> Path:
+    """Writes benchmarks/results/<name>.{json,md,png}; returns the JSON path. extra_md: lines appended to the .md
+    after the rows' table (a script's own summary, e.g. same-run ratios)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     base = RESULTS / name
     base.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -228,6 +229,7 @@ def write_results(name: str, meta: dict, rows: list[dict], value_key: str, title
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    lines += extra_md or []
     base.with_suffix(".md").write_text("\n".join(lines) + "\n")
     _plot(base.with_suffix(".png"), meta, rows, value_key, title)
     return base.with_suffix(".json")

@@ -115,7 +115,7 @@ def main(argv=None):
             meta["tokamax"] = getattr(tokamax, "__version__", "?")
         if not done:
             meta["partial"] = "the run was still going when this was written (cases so far only)"
-        return _common.write_results(result_name, meta, rows, "tflops", title)
+        return _common.write_results(result_name, meta, rows, "tflops", title, extra_md=ratio_table(rows))
 
     rng = np.random.default_rng(0)
     for case in shapes["grouped_gemm"]:
@@ -233,23 +233,53 @@ def torch_rows(args) -> list[dict]:
     return rows
 
 
-def summarize(rows):
-    """Same-run ratios against the targets of the GPU grouped GEMM issue."""
-    by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
-    for (case, impl, p, kind), r in by.items():
-        if impl not in ("ours", "ours_fp8", "ours_fp8_with_quant", "ours_fp8_fp8_wgrad", "ours_fp8_cached_weights"):
-            continue
-        parts = []
-        if impl != "ours" and (case, "ours", p, kind) in by:
-            parts.append(f"{r['tflops'] / by[(case, 'ours', p, kind)]['tflops']:.2f}x ours (bf16)")
-        for peer in ("torch_grouped_mm", "tokamax", "xla_ragged_dot"):
-            o = by.get((case, peer, p, kind))
-            if o:
-                parts.append(f"{r['tflops'] / o['tflops']:.2f}x {peer}")
-        if kind == "skew" and (case, "ours", p, "even") in by:
-            parts.append(f"skew/even {r['tflops'] / by[(case, 'ours', p, 'even')]['tflops']:.2f}")
-        print(f"{case:>30} {kind:>4} {p:>7} {impl}: {r['tflops']:.0f} TFLOP/s; " + ", ".join(parts))
+PEERS = ("torch_grouped_mm", "tokamax", "xla_ragged_dot")
+OURS = ("ours", "ours_fp8", "ours_fp8_with_quant", "ours_fp8_fp8_wgrad", "ours_fp8_cached_weights")
 
+
+def ratio_rows(rows) -> list[dict]:
+    """Same-run ratios against the targets of the grouped-GEMM issues (#3: vs torch._grouped_mm and tokamax,
+    skewed / even; #6: FP8 vs our bf16), one dict per (case, pass, groups, our impl); None where a peer is absent."""
+    by = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in rows}
+    out = []
+    for (case, impl, p, kind), r in by.items():
+        if impl not in OURS:
+            continue
+        ratio = lambda other: None if other is None else r["tflops"] / other["tflops"]
+        row = {"case": case, "pass": p, "groups": kind, "impl": impl, "tflops": r["tflops"],
+               "vs_ours_bf16": ratio(by.get((case, "ours", p, kind))) if impl != "ours" else None}
+        for peer in PEERS:
+            row[f"vs_{peer}"] = ratio(by.get((case, peer, p, kind)))
+        row["skew_over_even"] = ratio(by.get((case, impl, p, "even"))) if kind == "skew" else None
+        out.append(row)
+    return out
+
+
+def ratio_table(rows) -> list[str]:
+    """The ratios as a markdown table (empty columns left out), for the results' .md."""
+    rr = ratio_rows(rows)
+    keys = [k for k in ("vs_ours_bf16", *(f"vs_{p}" for p in PEERS), "skew_over_even")
+            if any(r[k] is not None for r in rr)]
+    if not rr or not keys:
+        return []
+    fmt = lambda v: "" if v is None else f"{v:.2f}"
+    lines = ["", "## Same-run ratios", "", "| case | pass | groups | impl | TFLOP/s | " + " | ".join(keys) + " |",
+             "|" + "---|" * (5 + len(keys))]
+    for r in rr:
+        lines.append(f"| {r['case']} | {r['pass']} | {r['groups']} | {r['impl']} | {r['tflops']:.4g} | "
+                     + " | ".join(fmt(r[k]) for k in keys) + " |")
+    return lines
+
+
+def summarize(rows):
+    """Prints the same-run ratios (ratio_rows) a line each."""
+    for r in ratio_rows(rows):
+        parts = [f"{r['vs_ours_bf16']:.2f}x ours (bf16)"] if r["vs_ours_bf16"] is not None else []
+        parts += [f"{r[f'vs_{peer}']:.2f}x {peer}" for peer in PEERS if r[f"vs_{peer}"] is not None]
+        if r["skew_over_even"] is not None:
+            parts.append(f"skew/even {r['skew_over_even']:.2f}")
+        print(f"{r['case']:>30} {r['groups']:>4} {r['pass']:>7} {r['impl']}: {r['tflops']:.0f} TFLOP/s; "
+              + ", ".join(parts))
 
 if __name__ == "__main__":
     main()

@@ -55,3 +55,35 @@ def test_runtime_bench_no_prevent_cse_drops_the_remat_barrier():
         loss = variant(False, rb.VARIANTS["ours_offload"][1])
         counts.append(jax.jit(jax.value_and_grad(loss, (0, 1))).lower(stacked, x).as_text().count("optimization_barrier"))
     assert counts[1] == counts[0] - 1 and counts[1] > 0, counts
+
+
+def test_grouped_gemm_ratio_table_reports_the_issue_ratios():
+    """benchmarks/grouped_gemm.py's same-run ratios (written into the results' .md): ours over each peer on the same
+    (case, pass, groups), FP8 over our bf16, and skew over even of the same impl; a peer missing from the run gives
+    an empty cell, not a ratio against something else."""
+    import grouped_gemm as GG
+
+    rng = np.random.default_rng()
+    t = {key: float(rng.uniform(100, 900)) for key in
+         [(c, i, p, g) for c in ("a", "b") for i in ("ours", "ours_fp8", "tokamax", "torch_grouped_mm")
+          for p in ("fwd", "fwd_bwd") for g in ("even", "skew")]}
+    del t[("b", "torch_grouped_mm", "fwd", "skew")]  # a peer absent for one row
+    rows = [{"case": c, "impl": i, "pass": p, "groups": g, "tflops": v} for (c, i, p, g), v in t.items()]
+    rows.append({"case": "a", "impl": "copy", "pass": "fwd", "groups": "even", "gbps": 3000.0})
+    got = {(r["case"], r["impl"], r["pass"], r["groups"]): r for r in GG.ratio_rows(rows)}
+    assert len(got) == 16  # ours and ours_fp8 only
+    for (c, i, p, g), r in got.items():
+        assert r["vs_tokamax"] == t[(c, i, p, g)] / t[(c, "tokamax", p, g)]
+        peer = t.get((c, "torch_grouped_mm", p, g))
+        assert r["vs_torch_grouped_mm"] == (None if peer is None else t[(c, i, p, g)] / peer)
+        assert r["vs_ours_bf16"] == (None if i == "ours" else t[(c, i, p, g)] / t[(c, "ours", p, g)])
+        assert r["skew_over_even"] == (t[(c, i, p, "skew")] / t[(c, i, p, "even")] if g == "skew" else None)
+        assert r["vs_xla_ragged_dot"] is None
+    table = GG.ratio_table(rows)
+    assert "vs_xla_ragged_dot" not in table[3]  # a column no row has is left out
+    header = [x.strip() for x in table[3].split("|")]
+    cells = dict(zip(header, [x.strip() for x in next(x for x in table if x.startswith("| b | fwd | skew | ours |"))
+                              .split("|")]))
+    assert cells["vs_torch_grouped_mm"] == ""  # absent peer, empty cell
+    assert cells["vs_tokamax"] == f"{t[('b', 'ours', 'fwd', 'skew')] / t[('b', 'tokamax', 'fwd', 'skew')]:.2f}"
+    assert cells["skew_over_even"] == f"{t[('b', 'ours', 'fwd', 'skew')] / t[('b', 'ours', 'fwd', 'even')]:.2f}"
