@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 40, call 2: (a) where PDL's ~90 us off the Qwen3 layer's forward comes from (benchmarks/profile_layer.py
 # --impl ours_dropless with JAX_MOE_FFI_PDL=0 and 1: per-kernel times and the idle time before each; planned in
-# session 39 as s39_next_pdl_fp8.sh); (b) the issue-8 training step at this commit (PDL on, own FP8 scale loads):
+# session 39, never run there); (b) the issue-8 training step at this commit (PDL on, own FP8 scale loads):
 # naive, exact and dropless bf16 (save policy, no zero-fill), FP8. END (seconds, default 545) as in s38_call2.sh.
 set -uo pipefail
 R=/tmp/r2; source tools/sessions/setup.sh
