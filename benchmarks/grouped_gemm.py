@@ -281,5 +281,6 @@ def summarize(rows):
         print(f"{r['case']:>30} {r['groups']:>4} {r['pass']:>7} {r['impl']}: {r['tflops']:.0f} TFLOP/s; "
               + ", ".join(parts))
 
+
 if __name__ == "__main__":
     main()
