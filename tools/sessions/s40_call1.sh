@@ -14,18 +14,8 @@ nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $
 )
 END=${END:-545}
 T_GG=$((END - (SECONDS - T0) - 5)); [ $T_GG -gt 230 ] && T_GG=230
-if [ $T_GG -ge 60 ]; then
-  timeout $T_GG python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot > $R/grouped_gemm.log 2>&1
-  echo "grouped_gemm rc=$? at $((SECONDS - T0)) s"; grep -v "Autotuning cache miss" $R/grouped_gemm.log | tail -30 | cut -c1-160
-  cp benchmarks/results/grouped_gemm_* $R/ 2>/dev/null
-  tar czf "$OUT_DEV/results.tgz" -C "$R" .
-fi
-T_FP8=$((END - (SECONDS - T0) - 5))
-if [ $T_FP8 -ge 60 ]; then
-  timeout $T_FP8 python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot \
-    --no-torch > $R/grouped_gemm_fp8.log 2>&1
-  echo "grouped_gemm fp8 rc=$? at $((SECONDS - T0)) s"; grep -v "Autotuning cache miss" $R/grouped_gemm_fp8.log | tail -30 | cut -c1-160
-  cp benchmarks/results/grouped_gemm_fp8_* $R/ 2>/dev/null
-  tar czf "$OUT_DEV/results.tgz" -C "$R" .
-fi
+bench grouped_gemm $T_GG 'benchmarks/results/grouped_gemm_*' \
+  python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot
+bench grouped_gemm_fp8 $((END - (SECONDS - T0) - 5)) 'benchmarks/results/grouped_gemm_fp8_*' \
+  python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot --no-torch
 echo "total $((SECONDS - T0)) s"

@@ -7,19 +7,11 @@ set -uo pipefail
 R=/tmp/r2; source tools/sessions/setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
 for pdl in 0 1; do
-  JAX_MOE_FFI_PDL=$pdl timeout ${T_PROF:-70} python3 benchmarks/profile_layer.py --impl ours_dropless --steps 10 \
-    > $R/profile_pdl$pdl.log 2>&1
-  echo "profile pdl=$pdl rc=$? at $((SECONDS - T0)) s"; tail -25 $R/profile_pdl$pdl.log | cut -c1-160
-  cp benchmarks/results/profile_layer_*.json $R/profile_layer_pdl$pdl.json 2>/dev/null
-  tar czf "$OUT_DEV/results.tgz" -C "$R" .
+  JAX_MOE_FFI_PDL=$pdl bench profile_pdl$pdl ${T_PROF:-70} 'benchmarks/results/profile_layer_*.json' \
+    python3 benchmarks/profile_layer.py --impl ours_dropless --steps 10
 done
-END=${END:-545}; T_TRAIN=$((END - (SECONDS - T0) - 5))
-if [ $T_TRAIN -ge 90 ]; then
-  timeout $T_TRAIN python3 benchmarks/train_step.py --xla-flags runtime --steps 6 \
-    --variants ours_save_noinit,ours_fp8_save_noinit,ours_exact_save_noinit,naive --out train_step_s40 \
-    > $R/train.log 2>&1
-  echo "train_step rc=$? at $((SECONDS - T0)) s"; tail -30 $R/train.log | cut -c1-200
-  cp benchmarks/results/train_step_s40.* $R/ 2>/dev/null
-  tar czf "$OUT_DEV/results.tgz" -C "$R" .
-fi
+END=${END:-545}
+bench train_step $((END - (SECONDS - T0) - 5)) 'benchmarks/results/train_step_s40.*' \
+  python3 benchmarks/train_step.py --xla-flags runtime --steps 6 \
+  --variants ours_save_noinit,ours_fp8_save_noinit,ours_exact_save_noinit,naive --out train_step_s40
 echo "total $((SECONDS - T0)) s"

@@ -16,3 +16,16 @@ step() {
   echo "$name rc=$? at $((SECONDS - T0)) s"; tail -8 "$R/$name.log"
   tar czf "$OUT_DEV/results.tgz" -C "$R" .
 }
+# bench NAME SECONDS RESULT_GLOB COMMAND...: a benchmark (or any command) with its own limit, its log in $R/NAME.log
+# (the last 30 lines echoed, without tokamax's autotuning-cache lines), the files matching RESULT_GLOB (relative to the
+# repository, e.g. 'benchmarks/results/grouped_gemm_*') that the command wrote copied into $R/NAME/ (not the committed
+# results of other runs the glob also matches), the results tarred. Skipped when SECONDS < 60.
+bench() {
+  local name=$1 secs=$2 glob=$3 f; shift 3
+  if [ "$secs" -lt 60 ]; then echo "$name skipped: $secs s left"; return; fi
+  mkdir -p "$R/$name"; touch "$R/$name/.started"
+  timeout "$secs" "$@" > "$R/$name.log" 2>&1
+  echo "$name rc=$? at $((SECONDS - T0)) s"; grep -v "Autotuning cache miss" "$R/$name.log" | tail -30 | cut -c1-200
+  for f in $glob; do [ "$f" -nt "$R/$name/.started" ] && cp "$f" "$R/$name/"; done
+  tar czf "$OUT_DEV/results.tgz" -C "$R" .
+}
