@@ -15,6 +15,18 @@ settings.register_profile("thorough", max_examples=100, deadline=None, suppress_
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config):
+    """`-m gpu` with several pytest-xdist workers fails on memory, not on the kernels: each worker keeps the device
+    memory its tests took (the float32 references at the benchmark shapes take 12-32 GB), and the bitwise tests'
+    child processes then find no free memory (session 41, H100: 17 failed / 15 errors, every one an allocation
+    failure). Refuse that combination up front. Named GPU tests (small ones) may still run in parallel."""
+    workers = getattr(config.option, "numprocesses", None)
+    if "gpu" in (config.option.markexpr or "") and workers not in (None, 0, 1) and os.environ.get(
+            "PYTEST_XDIST_WORKER") is None:
+        raise pytest.UsageError(f"-m gpu runs in one process: drop `-n {workers}` (each xdist worker holds its own "
+                                "share of GPU memory, and the benchmark-shape references need 12-32 GB)")
+
+
 def pytest_collection_modifyitems(config, items):
     on_gpu = jax.default_backend() == "gpu"
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the H200 with -m gpu)")

@@ -87,3 +87,40 @@ def test_grouped_gemm_ratio_table_reports_the_issue_ratios():
     assert cells["vs_torch_grouped_mm"] == ""  # absent peer, empty cell
     assert cells["vs_tokamax"] == f"{t[('b', 'ours', 'fwd', 'skew')] / t[('b', 'tokamax', 'fwd', 'skew')]:.2f}"
     assert cells["skew_over_even"] == f"{t[('b', 'ours', 'fwd', 'skew')] / t[('b', 'ours', 'fwd', 'even')]:.2f}"
+
+
+def test_gate_up_pair_variants_compute_the_same_products():
+    """benchmarks/gate_up_pair.py times three forms of the gate / up products (pair launch, two launches, one GEMM on
+    concatenated weights): each must be the two ragged products (float32 reference), forward and gradients, on
+    random sizes with an empty group and a total below M."""
+    import os
+    import gate_up_pair as GP
+
+    rng = np.random.default_rng(7)
+    m, k, n, g = 96, 32, 24, 5
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    wg, wu = (jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32) for _ in range(2))
+    s = jnp.asarray([30, 0, 17, 41, 3], jnp.int32)  # sum 91 < M: rows past it are zero
+
+    def reference(x, wg, wu):
+        rows = x[: int(s.sum())]
+        out = [jnp.zeros((m, n)).at[: rows.shape[0]].set(jax.lax.ragged_dot(rows, w, s)) for w in (wg, wu)]
+        return out
+
+    want = jnp.concatenate(reference(x, wg, wu), -1)
+    loss = lambda x, wg, wu: jnp.sum(jnp.prod(jnp.stack(reference(x, wg, wu)), 0))
+    want_grads = jax.grad(loss, argnums=(0, 1, 2))(x, wg, wu)
+    for variant in GP.VARIANT_ENV:
+        os.environ.update(GP.VARIANT_ENV[variant])
+        try:
+            ws = GP.weights_for(variant, wg, wu)
+            got = GP.variant_fn(variant, "fwd")(x, ws, s)
+            dx, dws = GP.variant_fn(variant, "fwd_bwd")(x, ws, s)
+        finally:
+            for key in GP.VARIANT_ENV[variant]:
+                os.environ.pop(key)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=variant)
+        if variant == "concat":
+            dws = jnp.split(dws[0], 2, axis=-1)
+        for a, b in zip([dx, *dws], want_grads):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-3, err_msg=variant)

@@ -554,7 +554,8 @@ b = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), jnp.bfloat16)
 d = jnp.asarray(rng.standard_normal((m, n)), jnp.bfloat16)
 f = jax.jit(lambda a, b, d: (jmf.grouped_matmul(a, b, gs), jmf.grouped_matmul(d, b, gs, transpose_rhs=True),
                              jmf.grouped_matmul_wgrad(a, d, gs),
-                             *jmf.grouped_matmuls_shared_lhs(a, (b, b[::-1]), gs)))
+                             *jmf.grouped_matmuls_shared_lhs(a, (b, b[::-1]), gs),
+                             *jmf.ops.grouped_gemm._wgrad_pair(a, d, d[::-1], gs, jnp.bfloat16)))
 np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
 """
 
@@ -562,7 +563,8 @@ np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
 @pytest.mark.parametrize("var,value", [("JAX_MOE_FFI_GEMM_GRID", "0.5"), ("JAX_MOE_FFI_GEMM_GRID", "3"),
                                        ("JAX_MOE_FFI_WGRAD_ORDER", "groups"), ("JAX_MOE_FFI_WGRAD_ORDER", "mixed"),
                                        ("JAX_MOE_FFI_WGRAD_SCHEDULE", "n4"),
-                                       ("JAX_MOE_FFI_WGRAD_SCHEDULE", "m2")])
+                                       ("JAX_MOE_FFI_WGRAD_SCHEDULE", "m2"),
+                                       ("JAX_MOE_FFI_PAIR_ORDER", "interleave")])
 def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
     (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
@@ -572,7 +574,9 @@ def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     default) only move tiles between CTAs, so again bitwise; a group's pointers or shape in another group's slot
     would not be.
     JAX_MOE_FFI_WGRAD_SCHEDULE (tiles along N, or swizzled): the same tiles in another order; K = 520 and N = 776
-    are 5 and 7 tiles, so the swizzle's rounding adds padded tiles, which must write nothing."""
+    are 5 and 7 tiles, so the swizzle's rounding adds padded tiles, which must write nothing.
+    JAX_MOE_FFI_PAIR_ORDER=interleave: a pair launch's problems (forward and weight gradients) as gate g, up g, ...
+    instead of all gates then all ups; a problem written into the other product's slot would differ."""
     import os
     import subprocess
     import sys

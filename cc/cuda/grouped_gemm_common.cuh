@@ -258,6 +258,13 @@ inline bool EnvSwitch(const char* name, const char* fallback, const char* other)
 // a fresh jit records a new XLA command buffer, which runs the handler again.
 inline bool DependentLaunchOn() { return !EnvSwitch("JAX_MOE_FFI_PDL", "1", "0"); }
 
+// JAX_MOE_FFI_PAIR_ORDER=blocks|interleave, read on every call (so that one process can alternate them): the 2G
+// problems of a bf16 pair launch (gate and up, forward or weight gradients) as product 0 of every group then product 1
+// (blocks, the default), or product 0 and 1 of group g side by side (interleave). Why: in block order the second
+// product reads each group's rows G problems later, from HBM again; side by side it finds them in L2. The same tiles
+// and the same k-order per output element either way, so the same bits (GPU test). Opt-in until measured.
+inline bool PairInterleaved() { return EnvSwitch("JAX_MOE_FFI_PAIR_ORDER", "blocks", "interleave"); }
+
 // The launch attributes of a kernel of the chain: the PDL attribute when on, and `extra` (e.g. a cluster shape).
 struct ChainLaunchAttributes {
   cudaLaunchAttribute attrs[2] = {};

@@ -89,7 +89,8 @@ constexpr int64_t kPairMaxPadShare = 64; // paired iff padded tiles <= 1/64 of a
 enum class Zero { kNone, kTailRows, kEmptyGroups };
 
 // The B operands and outputs of one launch: one set, or two that share A and the group sizes (a pair:
-// problems g and G + g, e.g. the gate and up projections of the same rows), so that both run in one
+// problems g and G + g, or 2g and 2g + 1 with JAX_MOE_FFI_PAIR_ORDER=interleave, e.g. the gate and up projections of
+// the same rows), so that both run in one
 // persistent launch with one tail and one setup.
 //
 // Two products (a1 != nullptr, forward / dgrad, copies = 1): out_g = a_g . b[0]_g + a1_g . b[1]_g in one
@@ -99,6 +100,7 @@ struct LaunchOperands {
   const typename GroupArrays<GemmDef>::ElementB* b[2];
   typename GroupArrays<GemmDef>::ElementD* d[2];
   int copies;  // 1 or 2
+  bool interleave = false;  // copies == 2: problem of (group slot, copy c) is 2 slot + c, else c G + slot
   const typename GroupArrays<GemmDef>::ElementA* a1 = nullptr;
 };
 
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kSetupThreads)
     if (writer && g < num_groups) {
       const int64_t slot = ordered ? WgradProblemSlot(order, group_rows, num_groups, g) : g;
       for (int c = 0; c < ops.copies; ++c) {
-        const int64_t p = c * num_groups + slot;  // problem index
+        const int64_t p = ops.interleave ? 2 * slot + c : c * num_groups + slot;  // problem index
         arr.stride_a[p] = StrideWithLd<typename Arr::StrideA>(ld_a);
         arr.stride_b[p] = StrideWithLd<typename Arr::StrideB>(ld_b);
         arr.stride_d[p] = StrideWithLd<typename Arr::StrideD>(ld_d);
@@ -347,6 +349,7 @@ ffi::Error RunGroupedGemm(cudaStream_t stream, const Workspace& ws, const GemmCa
   const auto* a = static_cast<const typename Arr::ElementA*>(c.a);
   LaunchOperands<GemmDef> ops;
   ops.copies = copies;
+  ops.interleave = copies == 2 && PairInterleaved();
   ops.b[0] = static_cast<const typename Arr::ElementB*>(c.b);
   ops.d[0] = static_cast<typename Arr::ElementD*>(c.d);
   ops.b[1] = c.b2 != nullptr ? static_cast<const typename Arr::ElementB*>(c.b2) : nullptr;
