@@ -12,10 +12,5 @@ nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $
     tests/test_rewrite_gathered.py::test_package_model_is_rewritten_and_routes_once \
     tests/test_rewrite.py::test_vmap_and_pure_jax_backend tests/test_rewrite.py::test_vmap_and_grad_lower_for_a_gpu
 )
-END=${END:-545}
-T_GG=$((END - (SECONDS - T0) - 5)); [ $T_GG -gt 230 ] && T_GG=230
-bench grouped_gemm $T_GG 'benchmarks/results/grouped_gemm_*' \
-  python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot
-bench grouped_gemm_fp8 $((END - (SECONDS - T0) - 5)) 'benchmarks/results/grouped_gemm_fp8_*' \
-  python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot --no-torch
+tables ${END:-545}
 echo "total $((SECONDS - T0)) s"

@@ -10,10 +10,5 @@ nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $
 bench gate_up_pair ${T_PAIR:-150} 'benchmarks/results/gate_up_pair_*' python3 benchmarks/gate_up_pair.py --rounds 2
 bench profile_exact ${T_PROF:-60} 'benchmarks/results/profile_layer_*.json' \
   python3 benchmarks/profile_layer.py --impl ours --steps 10
-END=${END:-545}
-T_GG=$((END - (SECONDS - T0) - 5)); [ $T_GG -gt 230 ] && T_GG=230
-bench grouped_gemm $T_GG 'benchmarks/results/grouped_gemm_*' \
-  python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot
-bench grouped_gemm_fp8 $((END - (SECONDS - T0) - 5)) 'benchmarks/results/grouped_gemm_fp8_*' \
-  python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot --no-torch
+tables ${END:-545}
 echo "total $((SECONDS - T0)) s"

@@ -29,3 +29,13 @@ bench() {
   for f in $glob; do [ "$f" -nt "$R/$name/.started" ] && cp "$f" "$R/$name/"; done
   tar czf "$OUT_DEV/results.tgz" -C "$R" .
 }
+# tables END: issue 3's bf16 grouped-GEMM table (at most 230 s) and issue 6's FP8 table, in what is left of END seconds
+# since T0 (each step skipped under 60 s).
+tables() {
+  local end=$1 t
+  t=$((end - (SECONDS - T0) - 5)); [ $t -gt 230 ] && t=230
+  bench grouped_gemm $t 'benchmarks/results/grouped_gemm_*' \
+    python3 benchmarks/grouped_gemm.py --anchor-groups even --skip xla_ragged_dot
+  bench grouped_gemm_fp8 $((end - (SECONDS - T0) - 5)) 'benchmarks/results/grouped_gemm_fp8_*' \
+    python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot --no-torch
+}
