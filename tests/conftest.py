@@ -21,8 +21,9 @@ def pytest_configure(config):
     child processes then find no free memory (session 41, H100: 17 failed / 15 errors, every one an allocation
     failure). Refuse that combination up front. Named GPU tests (small ones) may still run in parallel."""
     workers = getattr(config.option, "numprocesses", None)
-    if "gpu" in (config.option.markexpr or "") and workers not in (None, 0, 1) and os.environ.get(
-            "PYTEST_XDIST_WORKER") is None:
+    expr = (config.option.markexpr or "").replace(" ", "")
+    selects_gpu = "gpu" in expr and "notgpu" not in expr
+    if selects_gpu and workers not in (None, 0, 1) and os.environ.get("PYTEST_XDIST_WORKER") is None:
         raise pytest.UsageError(f"-m gpu runs in one process: drop `-n {workers}` (each xdist worker holds its own "
                                 "share of GPU memory, and the benchmark-shape references need 12-32 GB)")
 
