@@ -1,10 +1,11 @@
-"""The gate and up products of a MoE layer (one lhs, two [G, K, N] weights) three ways, at the Qwen3-30B layer's shape.
+"""The gate and up products of a MoE layer (one lhs, two [G, K, N] weights) four ways, at the Qwen3-30B layer's shape.
 
 Why: the benchmark table's `qwen3-30b-a3b gate_up` case is one GEMM with N = 1536 (gate and up concatenated), but
 optimize() runs a model's separate gate and up weights as one *pair launch* of 2G problems with N = 768 each
 (`grouped_matmuls_shared_lhs`; cooperative 128x256 tiles, cluster 1x1 since 768 is an odd number of 256-wide tiles).
-Session 41's H100 layer profile put that pair forward at 1108 us (372 TFLOP/s) against 716-731 us on the H200 in
-sessions 11-18, while the other GEMMs of the layer matched. This separates the causes on one card, in one process:
+Session 41's H100 layer profiles put that pair forward at 1051-1108 us (372-392 TFLOP/s) against 716-731 us on the
+H200 in sessions 11-14; of the layer's other GEMMs only the other N = 768 one (the down dgrad, cluster 1x1) was
+slow. This separates the causes on one card, in one process:
 
   pair    grouped_matmuls_shared_lhs(x, [w_gate, w_up])       one launch of 2G problems (the default)
   pair_interleave  the same with JAX_MOE_FFI_PAIR_ORDER=interleave: problems gate g, up g, ... (the lhs rows of a

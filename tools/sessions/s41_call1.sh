@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 41 (for the next device session), call 1: (a) why the Qwen3 layer's gate/up pair forward took 1108 us
-# (372 TFLOP/s) in session 41's H100 profile against 716-731 us on the H200 before (benchmarks/gate_up_pair.py: the
+# Session 41 (for the next device session), call 1: (a) why the Qwen3 layer's gate/up pair forward took 1051-1108 us
+# (372-392 TFLOP/s) in session 41's H100 profile against 716-731 us on the H200 before (benchmarks/gate_up_pair.py: the
 # pair launch, two launches and concatenated weights at N = 768, even / skew / routed sizes) and the layer profile of
 # the exact mode (the 8ee0d55 H200 profile's mode); (b) the H200 bf16 and FP8 tables at head (issues 3 and 6; session
 # 41's ran on an H100). END (seconds, default 545) as in s38_call2.sh.
