@@ -7,10 +7,9 @@ Session 41's H100 layer profiles put that pair forward at 1051-1108 us (372-392 
 H200 in sessions 11-14; of the layer's other GEMMs only the other N = 768 one (the down dgrad, cluster 1x1) was
 slow. This separates the causes on one card, in one process:
 
-  pair    grouped_matmuls_shared_lhs(x, [w_gate, w_up])       one launch of 2G problems, JAX_MOE_FFI_PAIR_ORDER=blocks:
-                                                              all gates, then all ups (the default until session 42)
+  pair    grouped_matmuls_shared_lhs(x, [w_gate, w_up])       one launch of 2G problems (the default)
   pair_interleave  the same with JAX_MOE_FFI_PAIR_ORDER=interleave: problems gate g, up g, ... (the lhs rows of a
-                   group read once from HBM for both products; the default since session 42)
+                   group read once from HBM for both products; no faster on an H100, session 42)
   two     the same with JAX_MOE_FFI_PAIR_LAUNCH=0             two launches of G problems
   concat  grouped_matmul(x, concatenate([w_gate, w_up], -1))  one launch, N = 2N (the table's gate_up case;
                                                               the concatenation is outside the timing)

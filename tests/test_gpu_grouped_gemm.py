@@ -564,7 +564,7 @@ np.savez(sys.argv[1], *[np.asarray(x.astype(jnp.float32)) for x in f(a, b, d)])
                                        ("JAX_MOE_FFI_WGRAD_ORDER", "groups"), ("JAX_MOE_FFI_WGRAD_ORDER", "mixed"),
                                        ("JAX_MOE_FFI_WGRAD_SCHEDULE", "n4"),
                                        ("JAX_MOE_FFI_WGRAD_SCHEDULE", "m2"),
-                                       ("JAX_MOE_FFI_PAIR_ORDER", "blocks")])
+                                       ("JAX_MOE_FFI_PAIR_ORDER", "interleave")])
 def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     """JAX_MOE_FFI_GEMM_GRID (read once per process, so one subprocess per value): a smaller persistent grid
     (SMs left to other streams) or an oversubscribed one computes every tile exactly once with the same
@@ -575,8 +575,8 @@ def test_env_knobs_are_bitwise_the_default(var, value, tmp_path):
     would not be.
     JAX_MOE_FFI_WGRAD_SCHEDULE (tiles along N, or swizzled): the same tiles in another order; K = 520 and N = 776
     are 5 and 7 tiles, so the swizzle's rounding adds padded tiles, which must write nothing.
-    JAX_MOE_FFI_PAIR_ORDER=blocks: a pair launch's problems (forward and weight gradients) as all gates then all ups
-    instead of gate g, up g, ... (the default); a problem written into the other product's slot would differ."""
+    JAX_MOE_FFI_PAIR_ORDER=interleave: a pair launch's problems (forward and weight gradients) as gate g, up g, ...
+    instead of all gates then all ups; a problem written into the other product's slot would differ."""
     import os
     import subprocess
     import sys

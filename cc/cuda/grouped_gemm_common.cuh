@@ -258,14 +258,14 @@ inline bool EnvSwitch(const char* name, const char* fallback, const char* other)
 // a fresh jit records a new XLA command buffer, which runs the handler again.
 inline bool DependentLaunchOn() { return !EnvSwitch("JAX_MOE_FFI_PDL", "1", "0"); }
 
-// JAX_MOE_FFI_PAIR_ORDER=interleave|blocks, read on every call (so that one process can alternate them): the 2G
-// problems of a bf16 pair launch (gate and up, forward or weight gradients) with product 0 and 1 of group g side by
-// side (interleave, the default since session 42), or as product 0 of every group then product 1 (blocks, sessions
-// 10-41). Why: at the Qwen3 layer's N = 768 a group's 12 tiles need 5 MB from HBM (2 MB of rows, 3 MB of weight), about
-// 3 TB/s at the tiles' compute rate on an H100, its bandwidth; side by side the second product finds the rows in L2
-// (the traffic per tile of one N = 1536 GEMM). In block order it reads them G problems later, from HBM again. The same
-// tiles and the same k-order per output element either way, so the same bits (GPU test).
-inline bool PairInterleaved() { return !EnvSwitch("JAX_MOE_FFI_PAIR_ORDER", "interleave", "blocks"); }
+// JAX_MOE_FFI_PAIR_ORDER=blocks|interleave, read on every call (so that one process can alternate them): the 2G
+// problems of a bf16 pair launch (gate and up, forward or weight gradients) as product 0 of every group then product 1
+// (blocks, the default), or product 0 and 1 of group g side by side (interleave). Why: in block order the second
+// product reads each group's rows G problems later, from HBM again; side by side it finds them in L2. The same tiles
+// and the same k-order per output element either way, so the same bits (GPU test). Measured (session 42, H100,
+// benchmarks/gate_up_pair.py at the Qwen3 layer's shape): no faster than blocks (forward 0.905-0.939 vs 0.916-0.947 ms,
+// the train step 53.15 vs 52.85-53.34 ms), so blocks, the order of every H200 result, stays the default.
+inline bool PairInterleaved() { return EnvSwitch("JAX_MOE_FFI_PAIR_ORDER", "blocks", "interleave"); }
 
 // The launch attributes of a kernel of the chain: the PDL attribute when on, and `extra` (e.g. a cluster shape).
 struct ChainLaunchAttributes {

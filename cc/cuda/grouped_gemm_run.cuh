@@ -89,8 +89,9 @@ constexpr int64_t kPairMaxPadShare = 64; // paired iff padded tiles <= 1/64 of a
 enum class Zero { kNone, kTailRows, kEmptyGroups };
 
 // The B operands and outputs of one launch: one set, or two that share A and the group sizes (a pair:
-// problems 2g and 2g + 1, or g and G + g with JAX_MOE_FFI_PAIR_ORDER=blocks, e.g. the gate and up projections of the
-// same rows), so that both run in one persistent launch with one tail and one setup.
+// problems g and G + g, or 2g and 2g + 1 with JAX_MOE_FFI_PAIR_ORDER=interleave, e.g. the gate and up projections of
+// the same rows), so that both run in one
+// persistent launch with one tail and one setup.
 //
 // Two products (a1 != nullptr, forward / dgrad, copies = 1): out_g = a_g . b[0]_g + a1_g . b[1]_g in one
 // accumulator (TwoProductMainloop, two_product_mainloop.cuh); problem K = round_up(K, BLK_K) + K.
