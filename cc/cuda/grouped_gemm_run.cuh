@@ -423,7 +423,9 @@ using ColMajor = cutlass::layout::ColumnMajor;
 // -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON, JAX_MOE_FFI_GEMM_TILES is read on every call so that one process can
 // alternate the choices: run such A/B timings with XLA's command buffers off):
 //   JAX_MOE_FFI_GEMM_TILES  = auto (default; also `static`) | split | pick | large | small | c1x1 | c1x2 | c2x1 |
-//                             pp128 | n192, forward and dgrad, plain and accumulate forms. split: the cluster split
+//                             pp128 | n192, forward and dgrad, plain and accumulate forms. auto: DefaultTiles (n192,
+//                             the 128x192 tiles where they fit, is auto since session 43; c1x1 the old choice there).
+//                             split: the cluster split
 //                             (RunSplit), opt-in: +1-3% on even groups, -1 to -6% on skewed ones (session 21,
 //                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
 //                             it only adds an empty launch, 0.2-0.7% of the Qwen3 layer / train step
@@ -456,6 +458,21 @@ Tiles AutoTiles(const GemmCall& c) {
   if (c.m <= 128 * c.g) return Tiles::kSmall;
   // A 1x2 cluster needs an even number of 256-wide N tiles, else the scheduler pads a tile column.
   return CeilDiv(c.n, int64_t{256}) % 2 == 0 ? Tiles::kCoopC1x2 : Tiles::kCoopC1x1;
+}
+
+// Whether N, an odd number of 256-wide tiles, splits into an even number of whole 192-wide ones (768, 2304, ...).
+bool Splits192(const GemmCall& c) { return c.n % 384 == 0 && CeilDiv(c.n, int64_t{256}) % 2 == 1; }
+
+// The default (auto): AutoTiles, but 128x192 tiles on a 1x2 cluster where AutoTiles would run the 1x1 cluster and N
+// splits into 192-wide pairs. Why: the 1x1 kernel gets no A multicast, and at the Qwen3 layer's N = 768 (the gate/up
+// pair forward and the down dgrad) it ran 18% slower than the 192-wide tiles on an H100 (session 43: the layer's
+// forward 1895 -> 1550 us of kernels, forward+backward 4783 -> 4400 us; the train step 0.4-1.1 ms faster in three
+// alternating pairs); on the H200 the layer was ~1.5% faster with them (session 6, within its spread). Same k-order
+// per output element, so the same bits as the 256-wide tiles (gate_up_pair.py's bitwise_first). bf16 -> bf16 only
+// (RunForwardLike); JAX_MOE_FFI_GEMM_TILES=c1x1 gives the previous choice.
+Tiles DefaultTiles(const GemmCall& c) {
+  const Tiles t = AutoTiles(c);
+  return t == Tiles::kCoopC1x1 && Splits192(c) ? Tiles::kCoop192 : t;
 }
 
 // Once per process, on stderr: an override that is not taken as given (no silent fallback).
@@ -504,26 +521,21 @@ Tiles ChooseTiles(const GemmCall& c) {
   if (choice == "c1x2") return Tiles::kCoopC1x2;
   if (choice == "c2x1") return Tiles::kCoopC2x1;
   if (choice == "pp128") return Tiles::kPingpong128;
-  if (choice == "n192") {
-    // 128x192 tiles with a 1x2 cluster where N splits into an even number of 192-wide tiles and
-    // auto would run 1x1 (an odd number of 256-wide tiles); every other shape keeps auto.
-    const Tiles t = AutoTiles(c);
-    const bool fits = c.n % 384 == 0 && CeilDiv(c.n, int64_t{256}) % 2 == 1;
-    return t == Tiles::kCoopC1x1 && fits ? Tiles::kCoop192 : t;
-  }
   if (choice == "large") {
-    const Tiles t = AutoTiles(c);
+    const Tiles t = DefaultTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
   }
-  // "static": another name for auto, the host's choice (what session-9 results call it).
-  if (choice != "auto" && choice != "static") {
+  // "static": another name for auto, the host's choice (what session-9 results call it); "n192" (the 128x192 tiles
+  // where they fit, opt-in in sessions 6-42) is auto since session 43.
+  if (choice != "auto" && choice != "static" && choice != "n192") {
     SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|tail64|pick|large|small|c1x1|c1x2|c2x1|"
                            "pp128|n192; unknown value ignored, using auto");
   }
-  return AutoTiles(c);
+  return DefaultTiles(c);
 }
 
 bool said_ab_dtype = false;  // one message for every dtype / layout instantiation below
+bool said_192_dtype = false;  // likewise for the default's 192-wide tiles
 
 enum class WgradTiles {
   kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32, kTrim
@@ -613,9 +625,9 @@ ffi::Error RunShortTail(cudaStream_t stream, const Workspace& ws, const GemmCall
             stream, ws, c, dev, RowPart::kLongTiles, RowPart::kShortTail);
 }
 
-// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (c2x1, pick, split) and
-// the other A/B-only configs (pp128, n192) are compiled for bf16 -> bf16 only, to bound the build time; other
-// dtypes say so once and use the automatic choice. The compile check (BF16_ONLY) has none of them.
+// Forward (B row-major) or dgrad (B column-major) with the chosen tiles. The 2x1 kernels (c2x1, pick, split), the
+// A/B-only pp128 and the default's 192-wide tiles are compiled for bf16 -> bf16 only, to bound the build time; other
+// dtypes say so once and use AutoTiles' choice. The compile check (BF16_ONLY) has none of them.
 template <bool Acc, class TIn, class TOut, class LayoutB>
 ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCall& c,
                           const DeviceInfo& dev) {
@@ -627,11 +639,13 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
 #endif
   Tiles tiles = ChooseTiles(c);
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
-  // The compile check (CI) builds the automatic choice's kernels only (the same templates as the 2x1 / A/B ones).
+  // The compile check (CI) builds AutoTiles' kernels only (the same templates as the 2x1 / A/B / 192-wide ones); it is
+  // never run, so the default's 192-wide tiles become AutoTiles' 1x1 there.
+  if (tiles == Tiles::kCoop192) tiles = Tiles::kCoopC1x1;
   if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2 && tiles != Tiles::kShortTail) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
-                      "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split are not in it; rebuild without it");
+                      "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/pick/split are not in it; rebuild without it");
   }
 #endif
   if constexpr (kAbConfigs) {
@@ -661,10 +675,15 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     }
 #endif
   } else {
-    // The 2x1 kernels (also those of the pick) are compiled for bf16 -> bf16 only (build time).
-    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kCoop192 ||
-        tiles == Tiles::kPaired || tiles == Tiles::kSplit) {
-      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/n192/pick/split is compiled for bf16 -> bf16 only; "
+    // The 2x1 kernels (also those of the pick) and the 192-wide ones are compiled for bf16 -> bf16 only (build time).
+    if (tiles == Tiles::kCoop192) {
+      SayOnce(&said_192_dtype, "the 128x192 tiles (the default where N is an odd number of 256-wide tiles, e.g. 768) are "
+                         "compiled for bf16 -> bf16 only; other dtypes run 128x256 tiles on a 1x1 cluster there");
+      tiles = Tiles::kCoopC1x1;
+    }
+    if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kPaired ||
+        tiles == Tiles::kSplit) {
+      SayOnce(&said_ab_dtype, "JAX_MOE_FFI_GEMM_TILES=c2x1/pp128/pick/split is compiled for bf16 -> bf16 only; "
                               "other dtypes use the automatic tile choice");
       tiles = AutoTiles(c);
     }
