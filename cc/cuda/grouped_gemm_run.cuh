@@ -467,7 +467,8 @@ bool Splits192(const GemmCall& c) { return c.n % 384 == 0 && CeilDiv(c.n, int64_
 // splits into 192-wide pairs. Why: the 1x1 kernel gets no A multicast, and at the Qwen3 layer's N = 768 (the gate/up
 // pair forward and the down dgrad) it ran 18% slower than the 192-wide tiles on an H100 (session 43: the layer's
 // forward 1895 -> 1550 us of kernels, forward+backward 4783 -> 4400 us; the train step 0.4-1.1 ms faster in three
-// alternating pairs); on the H200 the layer was ~1.5% faster with them (session 6, within its spread). Same k-order
+// alternating pairs); on the H200 the pair forward 716-731 -> 645 us and the down dgrad 369-374 -> 334 us (session 43
+// against sessions 11-14's profiles; the layer ~1.5% faster in session 6's same-call A/B). Same k-order
 // per output element, so the same bits as the 256-wide tiles (gate_up_pair.py's bitwise_first). bf16 -> bf16 only
 // (RunForwardLike); JAX_MOE_FFI_GEMM_TILES=c1x1 gives the previous choice.
 Tiles DefaultTiles(const GemmCall& c) {
