@@ -288,10 +288,11 @@ def test_shared_lhs_pair_at_qwen3_shape_matches_xla():
 
 
 # Shapes with more than 128 rows per group, so the 128-row tiles run (not the 64-row ones): N with an
-# odd number of 256-wide tiles (c1x1), an even number (c1x2), and a partial last tile; group sizes that
+# odd number of 256-wide tiles (c1x1; 768: the default's 128x192 tiles since session 43), an even number (c1x2;
+# 1536: also an even number of 192-wide tiles, n192all's case), and a partial last tile; group sizes that
 # are not multiples of 128, so most groups have an odd tile count (a 2-CTA cluster along M would pad
 # them). Run once per JAX_MOE_FFI_GEMM_TILES value on the device (tools/device_session.sh tiletests).
-@pytest.mark.parametrize("n", [520, 768, 776, 2048])
+@pytest.mark.parametrize("n", [520, 768, 776, 1536, 2048])
 @pytest.mark.parametrize("tr", [False, True])
 def test_large_tile_configs_uneven_groups(n, tr):
     rng = np.random.default_rng(n + tr)

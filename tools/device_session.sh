@@ -115,7 +115,7 @@ if [[ ",$what," == *",sweep,"* ]]; then
 fi
 if [[ ",$what," == *",tiletests,"* ]]; then
   # Correctness of each forward / dgrad tile config (the env is read once per process: one pytest each).
-  for tiles in ${TILETEST_LIST:-c1x1 c1x2 pp128 c2x1 pick}; do
+  for tiles in ${TILETEST_LIST:-c1x1 c1x2 pp128 c2x1 pick n192all}; do
     log "GPU tests, JAX_MOE_FFI_GEMM_TILES=$tiles"
     JAX_MOE_FFI_GEMM_TILES=$tiles timeout ${T_TILETESTS:-90} python3 -m pytest -m gpu -q --tb=line -p no:cacheprovider \
       tests/test_gpu_grouped_gemm.py -k "large_tile or paired" 2>&1 | tee -a "$OUT/tile_tests.log" | tail -2

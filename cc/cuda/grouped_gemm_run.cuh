@@ -423,8 +423,9 @@ using ColMajor = cutlass::layout::ColumnMajor;
 // -DJAX_MOE_FFI_FP8_EXPERIMENTS=ON, JAX_MOE_FFI_GEMM_TILES is read on every call so that one process can
 // alternate the choices: run such A/B timings with XLA's command buffers off):
 //   JAX_MOE_FFI_GEMM_TILES  = auto (default; also `static`) | split | pick | large | small | c1x1 | c1x2 | c2x1 |
-//                             pp128 | n192, forward and dgrad, plain and accumulate forms. auto: DefaultTiles (n192,
-//                             the 128x192 tiles where they fit, is auto since session 43; c1x1 the old choice there).
+//                             pp128 | n192 | n192all, forward and dgrad, plain and accumulate forms. auto: DefaultTiles
+//                             (n192, the 128x192 tiles where 256-wide ones would run 1x1, is auto since session 43;
+//                             c1x1 the old choice there); n192all: 128x192 tiles wherever N % 384 == 0 (A/B).
 //                             split: the cluster split
 //                             (RunSplit), opt-in: +1-3% on even groups, -1 to -6% on skewed ones (session 21,
 //                             tile_ab_split_h200.md); pick: the device-side 2x1 pick, opt-in: on routed group sizes
@@ -522,6 +523,13 @@ Tiles ChooseTiles(const GemmCall& c) {
   if (choice == "c1x2") return Tiles::kCoopC1x2;
   if (choice == "c2x1") return Tiles::kCoopC2x1;
   if (choice == "pp128") return Tiles::kPingpong128;
+  if (choice == "n192all") {
+    // 128x192 tiles on a 1x2 cluster wherever N is an even number of 192-wide tiles (1536, 3072, ...), not only where
+    // the default takes them; A/B only (session 43: on the H200 the N = 768 pair forward with these tiles ran at
+    // ~640 TFLOP/s in the layer profile, the N = 1536 table case at ~578 with 128x256 tiles; not yet timed).
+    const Tiles t = DefaultTiles(c);
+    return (t == Tiles::kCoopC1x2 || t == Tiles::kCoopC1x1) && c.n % 384 == 0 ? Tiles::kCoop192 : t;
+  }
   if (choice == "large") {
     const Tiles t = DefaultTiles(c);
     return t == Tiles::kSmall ? Tiles::kCoopC1x2 : t;
@@ -530,7 +538,7 @@ Tiles ChooseTiles(const GemmCall& c) {
   // where they fit, opt-in in sessions 6-42) is auto since session 43.
   if (choice != "auto" && choice != "static" && choice != "n192") {
     SayOnce(&said_unknown, "JAX_MOE_FFI_GEMM_TILES must be auto|static|split|tail64|pick|large|small|c1x1|c1x2|c2x1|"
-                           "pp128|n192; unknown value ignored, using auto");
+                           "pp128|n192|n192all; unknown value ignored, using auto");
   }
   return DefaultTiles(c);
 }
@@ -641,8 +649,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
   Tiles tiles = ChooseTiles(c);
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
   // The compile check (CI) builds AutoTiles' kernels only (the same templates as the 2x1 / A/B / 192-wide ones); it is
-  // never run, so the default's 192-wide tiles become AutoTiles' 1x1 there.
-  if (tiles == Tiles::kCoop192) tiles = Tiles::kCoopC1x1;
+  // never run, so the 192-wide tiles (the default's, n192all's) become AutoTiles' choice there.
+  if (tiles == Tiles::kCoop192) tiles = AutoTiles(c);
   if (tiles != Tiles::kSmall && tiles != Tiles::kCoopC1x1 && tiles != Tiles::kCoopC1x2 && tiles != Tiles::kShortTail) {
     return ffi::Error(ffi::ErrorCode::kUnimplemented,
                       "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile check): "
@@ -679,8 +687,8 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     // The 2x1 kernels (also those of the pick) and the 192-wide ones are compiled for bf16 -> bf16 only (build time).
     if (tiles == Tiles::kCoop192) {
       SayOnce(&said_192_dtype, "the 128x192 tiles (the default where N is an odd number of 256-wide tiles, e.g. 768) are "
-                         "compiled for bf16 -> bf16 only; other dtypes run 128x256 tiles on a 1x1 cluster there");
-      tiles = Tiles::kCoopC1x1;
+                         "compiled for bf16 -> bf16 only; other dtypes run 128x256 tiles there (1x1 cluster)");
+      tiles = AutoTiles(c);
     }
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kPaired ||
         tiles == Tiles::kSplit) {
