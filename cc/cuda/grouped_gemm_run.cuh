@@ -687,7 +687,7 @@ ffi::Error RunForwardLike(cudaStream_t stream, const Workspace& ws, const GemmCa
     // The 2x1 kernels (also those of the pick) and the 192-wide ones are compiled for bf16 -> bf16 only (build time).
     if (tiles == Tiles::kCoop192) {
       SayOnce(&said_192_dtype, "the 128x192 tiles (the default where N is an odd number of 256-wide tiles, e.g. 768) are "
-                         "compiled for bf16 -> bf16 only; other dtypes run 128x256 tiles there (1x1 cluster)");
+                         "compiled for bf16 -> bf16 only; other dtypes run the 128x256 tiles there");
       tiles = AutoTiles(c);
     }
     if (tiles == Tiles::kCoopC2x1 || tiles == Tiles::kPingpong128 || tiles == Tiles::kPaired ||
