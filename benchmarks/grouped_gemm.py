@@ -13,7 +13,9 @@ quantising lhs and rhs, and in fwd_bwd the gradient, is inside the timing; bf16 
 `ours_fp8_cached_weights` (the weights quantised once outside the timing with quantize_weights, as for the
 micro-batches of one step; lhs and the gradient quantised inside), `dense_fp8` (XLA's
 dense FP8 matmul of equal FLOPs) and the same anchors as the bf16 run. `--passes wgrad` times the weight
-gradient alone (`ours` bf16, `ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation).
+gradient alone (`ours` bf16, `ours_fp8` kernel only, `ours_fp8_with_quant` with its operands' quantisation),
+`--passes dgrad` the lhs gradient alone (`ours` bf16); torch._grouped_mm runs both passes too, so
+`--passes fwd,dgrad,wgrad,fwd_bwd` says which of the three GEMMs of fwd_bwd trails which peer.
 """
 from __future__ import annotations
 
@@ -63,6 +65,11 @@ def wgrad_rows(lhs, cot, sizes, recipe):
     return out
 
 
+def dgrad_ours(cot, rhs, sizes):
+    """pass "dgrad": the lhs gradient of lhs @ rhs[g] alone, cot[i] @ rhs[g(i)]^T (bf16 out)."""
+    return jmf.grouped_matmul(cot, rhs, sizes, transpose_rhs=True, preferred_element_type=cot.dtype)
+
+
 def fp8_kernel_only(lhs, rhs, sizes):
     """The FP8 kernel on operands quantised outside the timed function: (fn, args)."""
     from jax_moe_ffi.ops import grouped_gemm_fp8 as fp8
@@ -93,6 +100,9 @@ def main(argv=None):
     ap.add_argument("--out", default="", help="result name (default grouped_gemm_<machine>)")
     ap.add_argument("--recipe", default="", help="FP8 recipe to add (blockwise)")
     args = ap.parse_args(argv)
+    unknown = set(args.passes.split(",")) - {"fwd", "fwd_bwd", "dgrad", "wgrad"}
+    if unknown:
+        ap.error(f"--passes: unknown pass(es) {sorted(unknown)}; choose from fwd, fwd_bwd, dgrad, wgrad")
 
     shapes = _common.load_shapes()
     dtype = jnp.bfloat16
@@ -140,6 +150,16 @@ def main(argv=None):
                                      "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
                         print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms "
                               f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
+                    continue
+                if p == "dgrad":
+                    # the lhs gradient alone, dlhs[i] = cot[i] @ rhs[g(i)]^T (bf16 kernel, the form the custom_vjp
+                    # runs), beside torch's own dgrad: with "wgrad" it splits fwd_bwd into its three GEMMs
+                    fn = jax.jit(dgrad_ours)
+                    ms = _common.time_ms(fn, cot, rhs, sizes)
+                    rows.append({"case": case["name"], "impl": "ours", "pass": p, "groups": kind, "ms": ms,
+                                 "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
+                    print(f"{case['name']:>30} {kind:>4} {p:>7} {'ours':>15} {ms:9.3f} ms "
+                          f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
                     continue
                 if recipe and p == "fwd" and "ours_fp8" not in args.skip.split(","):
                     fn, a = fp8_kernel_only(lhs, rhs, sizes)

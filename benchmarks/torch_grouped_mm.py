@@ -56,6 +56,13 @@ def main():
             for p in args.passes.split(","):
                 if p == "fwd":
                     fn = lambda: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)
+                elif p == "dgrad":  # the lhs gradient as torch's backward forms it: cot_g @ (w_g^T)^T
+                    fn = lambda: torch._grouped_mm(cot, w, offs=offs, out_dtype=torch.bfloat16)
+                elif p == "wgrad":  # the weight gradient: offs split the contraction (rows), out [G, K, N]
+                    fn = lambda: torch._grouped_mm(a.t(), cot, offs=offs, out_dtype=torch.bfloat16)
+                elif p != "fwd_bwd":
+                    print(f"torch_grouped_mm: pass {p} not timed", file=sys.stderr)
+                    continue
                 else:
                     a2 = a.detach().requires_grad_(True)
                     w2 = w.detach().requires_grad_(True)
@@ -68,7 +75,7 @@ def main():
                 except Exception as e:  # noqa: BLE001
                     print(f"torch_grouped_mm {case['name']} {p} {kind} failed: {e}", file=sys.stderr)
                     continue
-                tf = (flops if p == "fwd" else 3 * flops) / ms / 1e9
+                tf = (3 * flops if p == "fwd_bwd" else flops) / ms / 1e9
                 print(json.dumps({"case": case["name"], "impl": "torch_grouped_mm", "pass": p, "groups": kind,
                                   "ms": ms, "tflops": tf, "torch": torch.__version__}), flush=True)
 

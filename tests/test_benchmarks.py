@@ -120,3 +120,21 @@ def test_gate_up_pair_variants_compute_the_same_products(monkeypatch):
             dws = jnp.split(dws[0], 2, axis=-1)
         for a, b in zip([dx, *dws], want_grads):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-3, err_msg=variant)
+
+
+def test_grouped_gemm_dgrad_pass_times_the_lhs_gradient():
+    """benchmarks/grouped_gemm.py --passes dgrad times dgrad_ours: it must be the lhs gradient of the forward it
+    is compared with (ragged_dot's vjp w.r.t. lhs), on skewed sizes with an empty group and rows past the sum."""
+    import grouped_gemm as GG
+
+    rng = np.random.default_rng(11)
+    m, k, n, g = 40, 24, 16, 4
+    lhs = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    rhs = jnp.asarray(rng.standard_normal((g, k, n)), jnp.float32)
+    cot = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
+    sizes = jnp.asarray([13, 0, 20, 5], jnp.int32)  # sum 38 < 40
+    _, vjp = jax.vjp(lambda a: jax.lax.ragged_dot(a, rhs, sizes), lhs)
+    want = vjp(cot)[0]
+    got = GG.dgrad_ours(cot, rhs, sizes)
+    assert got.shape == (m, k)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
