@@ -1,24 +1,9 @@
 #!/usr/bin/env bash
-# Session 45, call 2 (the same warm machine): (a) on an H200, JAX_MOE_FFI_GEMM_TILES=n192all against the default on
-# the qwen3 shapes, alternating (session 44 found no gain on the H100: 594 / 575 against 613 / 599 TFLOP/s at qwen3
-# gate_up forward); (b) issue 8's step with the naive model and tokamax in the same run (s44_call3.sh's variants; on
-# the H100 session 44 had naive 150.0, dropless 52.7, exact 49.3, FP8 56.0, tokamax 111.1 ms). END as in call 1.
+# Session 45, call 2 (the same warm machine): on an H200, issue 3's bf16 table and issue 6's FP8 table at head (the
+# target tables are still sessions 24-25's); on another card, nothing (session 44 ran both on an H100).
 set -uo pipefail
-R=/tmp/r2; source tools/sessions/setup.sh
+R=/tmp/r2t; source tools/sessions/setup.sh
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
-END=${END:-570}
-TAG=$([[ "$GPU" == *H200* ]] && echo h200 || echo h100)
-left() { local t=$((END - (SECONDS - T0) - 5)); [ $t -gt $1 ] && t=$1; echo $t; }
-if [[ "$GPU" == *H200* ]]; then
-  for r in 1 2; do
-    for t in auto n192all; do
-      JAX_MOE_FFI_GEMM_TILES=$t bench gg_${t}_r$r $(left 80) 'benchmarks/results/grouped_gemm_*' \
-        python3 benchmarks/grouped_gemm.py --cases qwen3 --skip tokamax,dense,copy,xla_ragged_dot --no-torch \
-        --out grouped_gemm_tiles_s45_${t}_r${r}_$TAG
-    done
-  done
-fi
-bench train_step $(left 200) 'benchmarks/results/train_step_s45*' python3 benchmarks/train_step.py --xla-flags runtime \
-  --steps 6 --variants naive,ours_exact_save_noinit,ours_save_noinit,ours_fp8_save_noinit,tokamax --out train_step_s45_$TAG
+[[ "$GPU" == *H200* ]] && tables ${END:-570}
 echo "total $((SECONDS - T0)) s"
