@@ -6,10 +6,6 @@
 # compiled tile choices on those shapes, ours only. Then s45_call2.sh (H200: the tables), s45_call3.sh.
 set -uo pipefail
 R=/tmp/r1; source tools/sessions/setup.sh
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
-END=${END:-570}
-TAG=$([[ "$GPU" == *H200* ]] && echo h200 || echo h100)
 bench split ${T_SPLIT:-220} 'benchmarks/results/grouped_gemm_*' python3 benchmarks/grouped_gemm.py \
   --passes fwd,dgrad,wgrad,fwd_bwd --skip tokamax,dense,copy,xla_ragged_dot --out grouped_gemm_split_s45_$TAG
 # the backward GEMMs' tile choices on the large-K shapes (ours only, one process each): wgrad ping-pong (default) /

@@ -3,7 +3,5 @@
 # target tables are still sessions 24-25's); on another card, nothing (session 44 ran both on an H100).
 set -uo pipefail
 R=/tmp/r2t; source tools/sessions/setup.sh
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
 [[ "$GPU" == *H200* ]] && tables ${END:-570}
 echo "total $((SECONDS - T0)) s"

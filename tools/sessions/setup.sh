@@ -39,3 +39,10 @@ tables() {
   bench grouped_gemm_fp8 $((end - (SECONDS - T0) - 5)) 'benchmarks/results/grouped_gemm_fp8_*' \
     python3 benchmarks/grouped_gemm.py --recipe blockwise --passes fwd,fwd_bwd --skip xla_ragged_dot --no-torch
 }
+# The card: GPU (its name), TAG (h200 or h100, for result names), its name, clocks and memory in $R/gpu.txt; left MAX:
+# the seconds to give the next step, at most MAX and at most what END (seconds a call's steps may use, default 570;
+# not set here, so older scripts keep their own defaults) leaves.
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee "$R/gpu.txt"
+TAG=$([[ "$GPU" == *H200* ]] && echo h200 || echo h100)
+left() { local t=$((${END:-570} - (SECONDS - T0) - 5)); [ $t -gt $1 ] && t=$1; echo $t; }
