@@ -3,7 +3,8 @@
 # dropless bf16 and FP8 (save policy, no zero-fill) and the tokamax anchor (its session-27 table is the last with
 # naive and tokamax in the same run). Then, if time is left, gate_up_pair.py's pair and concat forms with
 # JAX_MOE_FFI_GEMM_TILES=n192all (concat = one N = 1536 GEMM with 192-wide tiles there), against the session-43 H200
-# pair forward of 645 us. END (seconds, default 570) as in s38_call2.sh.
+# pair forward of 645 us. END (seconds, default 570) as in s38_call2.sh. Its results were renamed in the repo with the
+# card's tag: train_step_s44_h100.*, gate_up_pair_s44_{auto,n192all}_h100.*.
 set -uo pipefail
 R=/tmp/r2; source tools/sessions/setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
