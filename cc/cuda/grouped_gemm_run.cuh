@@ -526,7 +526,8 @@ Tiles ChooseTiles(const GemmCall& c) {
   if (choice == "n192all") {
     // 128x192 tiles on a 1x2 cluster wherever N is an even number of 192-wide tiles (1536, 3072, ...), not only where
     // the default takes them; A/B only (session 43: on the H200 the N = 768 pair forward with these tiles ran at
-    // ~640 TFLOP/s in the layer profile, the N = 1536 table case at ~578 with 128x256 tiles; not yet timed).
+    // ~640 TFLOP/s in the layer profile, the N = 1536 table case at ~578 with 128x256 tiles). Session 44, H100: no faster
+    // (qwen3 gate_up forward 594 / 575 against 613 / 599 TFLOP/s, grouped_gemm_tiles_s44_*_h100.md); H200 not yet timed.
     const Tiles t = DefaultTiles(c);
     return (t == Tiles::kCoopC1x2 || t == Tiles::kCoopC1x1) && c.n % 384 == 0 ? Tiles::kCoop192 : t;
   }
