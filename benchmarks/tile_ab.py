@@ -9,7 +9,8 @@ runs that choice with JAX_MOE_FFI_SECOND_LAUNCH=stream (a split call's second ke
 stream; `<tiles>` alone: serial); `<tiles>+groups` runs the wgrad with its problems in group order
 (JAX_MOE_FFI_WGRAD_ORDER=groups; default and `+size`: largest group first; `+mixed`: largest, smallest, second
 largest, ...); `<tiles>+n4` etc. the wgrad's tiles in another order (JAX_MOE_FFI_WGRAD_SCHEDULE, m1 .. n8). With
-`--passes wgrad` the variants set JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default ping-pong tiles).
+`--passes wgrad` the variants set JAX_MOE_FFI_WGRAD_TILES instead (`static` / `auto`: the default, cooperative
+128x256 2x1 since session 45; `pingpong`: the default before).
 `--passes sum` times the summed dgrad of a gate/up pair (dG . Wg^T + dU . Wu^T, one kernel; 2x the FLOPs of a dgrad)
 with variants `persm` / `prebuilt` (JAX_MOE_FFI_SUM_MAPS: the mainloop's TMA descriptors rewritten per SM on each
 group change, or built per group before the GEMM). Writes benchmarks/results/<out>.{json,md,png}.
@@ -89,7 +90,7 @@ def main(argv=None):
                         if pass_ == "sum":
                             os.environ["JAX_MOE_FFI_SUM_MAPS"] = tiles if tiles in ("persm", "prebuilt") else "persm"
                         elif pass_ == "wgrad":  # static / auto: the default wgrad tiles
-                            os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "pingpong" if tiles in ("static", "auto") else tiles
+                            os.environ["JAX_MOE_FFI_WGRAD_TILES"] = "coop" if tiles in ("static", "auto") else tiles
                         else:
                             os.environ["JAX_MOE_FFI_GEMM_TILES"] = tiles
                         # suffix: stream | serial (a split's second kernel), groups | size | mixed (the wgrad's problem

@@ -1,6 +1,11 @@
 import os
 
-import jax
+# GPU runs: the tests that compare env knobs run a child process beside this one; with XLA's default preallocation
+# (75% of the card) in both, the child fails to allocate (session 45, H100: 4 knob tests, all out of memory). Memory on
+# demand instead, before jax starts a backend; an explicit setting wins.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -122,8 +122,8 @@ def test_many_groups_each_with_its_own_descriptors(g, n, rows):
     group on nearly every tile, so each tile's loads and stores go through the per-group TMA descriptors that
     BuildGroupTensormapsKernel wrote before the GEMM (group_tensormaps.cuh). A wrong or missing descriptor puts a
     tile's rows in another group's place or leaves them unwritten. Forward and dgrad (`rows` a group on average: 40
-    runs the 64-row ping-pong kernel, 160 the 128x256 1x2 kernel with 128x64 subtiles), wgrad (ping-pong; empty groups
-    zero) and the accumulate form (its epilogue reads C through CUTLASS's per-SM descriptors, its mainloop through the
+    runs the 64-row ping-pong kernel, 160 the 128x256 1x2 kernel with 128x64 subtiles), wgrad (cooperative 128x256 2x1;
+    empty groups zero) and the accumulate form (its epilogue reads C through CUTLASS's per-SM descriptors, its mainloop through the
     prebuilt ones) against XLA in f32."""
     rng = np.random.default_rng(g)
     k = 264

@@ -46,8 +46,9 @@ using GroupShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 // Large: cooperative (both consumer warp groups share one 128x256 tile). The cluster shares (TMA
 // multicast) the A tile between the two CTAs that compute neighbouring N tiles of the same rows.
 // ClusterN = 2 is used when N has an even number of 256-wide tiles, else 1 (rounding N up would waste
-// a tile column). The 2x1 form multicasts the weight tile instead: the wgrad option (static M) and the
-// forward / dgrad kernel the device picks (opt-in) when groups have even row-tile counts.
+// a tile column). The 2x1 form multicasts the weight tile instead: the wgrad's default since session 45 (static M;
+// ChooseWgradTiles says why) and the forward / dgrad kernel the device picks (opt-in) when groups have even row-tile
+// counts.
 template <int ClusterM, int ClusterN>
 struct CoopConfig {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
@@ -82,10 +83,11 @@ struct PingpongConfig {
   static constexpr const char* kName = "pingpong_64x128x128_c1x2";
 };
 
-// Ping-pong with 128x128 tiles. Wgrad default (2x1: its M is K, static): the wgrad contraction is over
-// the rows of one group (m_g, typically a few hundred), so each tile has a short mainloop and a
-// comparatively large epilogue (a K x N slab of output); ping-pong hides one warp group's epilogue
-// behind the other's mainloop, which the cooperative schedule cannot. The 1x2 form is a forward /
+// Ping-pong with 128x128 tiles. The wgrad default until session 45, now JAX_MOE_FFI_WGRAD_TILES=pingpong (2x1: its
+// M is K, static): the wgrad contraction is over the rows of one group (m_g, typically a few hundred), so each tile
+// has a short mainloop and a comparatively large epilogue (a K x N slab of output); ping-pong hides one warp group's
+// epilogue behind the other's mainloop, which the cooperative schedule cannot (measured on an H100 in session 45, the
+// cooperative 128x256 tile still wins: ChooseWgradTiles). The 1x2 form is a forward /
 // dgrad option for short contractions (K = 768: 12 k-tiles per output tile). 2x2 is a wgrad option: its
 // M and N (K and N of the layer) are static multiples of 256 in MoE shapes, so a 2x2 cluster pads
 // nothing and multicasts both operands (16 KB per CTA and k step instead of 24 KB with 2x1).

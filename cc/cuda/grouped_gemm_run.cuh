@@ -437,8 +437,9 @@ using ColMajor = cutlass::layout::ColumnMajor;
 //                             per-group ones built before the GEMM, group_tensormaps.cuh)
 //   JAX_MOE_FFI_SECOND_LAUNCH = serial (default) | stream: a split's second kernel after the first on the caller's
 //                             stream, or beside it on a side stream (ForkJoin); read per call like GEMM_TILES
-//   JAX_MOE_FFI_WGRAD_TILES = pingpong (default) | coop | c2x2  wgrad (c2x2: bf16 -> bf16 only); experiment builds
-//                             also persm (the default with CUTLASS's per-SM TMA descriptors), s4 | e64x64 | e64x128
+//   JAX_MOE_FFI_WGRAD_TILES = coop (default since session 45) | pingpong | c2x2  wgrad (c2x2: bf16 -> bf16 only;
+//                             ChooseWgradTiles); experiment builds also persm (ping-pong with CUTLASS's per-SM TMA
+//                             descriptors), s4 | e64x64 | e64x128
 //                             (PingpongEpiStagesConfig: other epilogue subtiles / store stages), k32 (32-deep
 //                             k-tiles: Pingpong128K32Config), trim (the last k-tile's zero steps skipped:
 //                             Pingpong128TrimConfig), per call
@@ -551,9 +552,18 @@ enum class WgradTiles {
   kPingpong, kCoop, kPingpongC2x2, kPingpongPerSmMaps, kEpi64S4, kEpi64x64, kEpi64x128, kK32, kTrim
 };
 
+// The wgrad's tiles. Default (session 45): cooperative 128x256x64 on a 2x1 cluster, what torch._grouped_mm runs.
+// On an H100 (wgrad pass alone, ping-pong then coop, two alternating rounds, grouped_gemm_wgrad_all_s45_*_h100.md):
+// +8 to +25% on the large-K shapes (deepseek-v3 gate_up 565 -> 616 / 629 TFLOP/s, qwen3-235b 551-576 -> 634-689),
+// +3 to +29% on every skewed row, within -3 / +2% on the even qwen3-30b rows; the Qwen3 train step -1.4 / -2.4%
+// (dropless) and -1.1 / -1.6% (exact) in two alternating pairs (train_step_s45_wgrad_*_h100.md). The ping-pong kernel
+// (the default before) hides one warp group's epilogue behind the other's mainloop; the larger cooperative tile reads
+// half the dout per output element, which wins once a group's rows (the contraction) are more than a few hundred,
+// and on skewed sizes, where most rows sit in long groups. Not yet timed on an H200 (session 10's Qwen3 layer A/B
+// there: within noise, 4.764 vs 4.733 ms).
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
-  const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");  // per call (A/B in one process)
+  const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "coop");  // per call (A/B in one process)
   if (choice == "persm") return WgradTiles::kPingpongPerSmMaps;
   if (choice == "s4") return WgradTiles::kEpi64S4;
   if (choice == "e64x64") return WgradTiles::kEpi64x64;
@@ -561,15 +571,15 @@ WgradTiles ChooseWgradTiles() {
   if (choice == "k32") return WgradTiles::kK32;
   if (choice == "trim") return WgradTiles::kTrim;
 #else
-  static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "pingpong");
+  static const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "coop");
 #endif
   static bool said = false;
-  if (choice == "coop") return WgradTiles::kCoop;
+  if (choice == "pingpong") return WgradTiles::kPingpong;
   if (choice == "c2x2") return WgradTiles::kPingpongC2x2;
-  if (choice != "pingpong") {
-    SayOnce(&said, "JAX_MOE_FFI_WGRAD_TILES must be pingpong|coop|c2x2; unknown value ignored, using pingpong");
+  if (choice != "coop") {
+    SayOnce(&said, "JAX_MOE_FFI_WGRAD_TILES must be coop|pingpong|c2x2; unknown value ignored, using coop");
   }
-  return WgradTiles::kPingpong;
+  return WgradTiles::kCoop;
 }
 
 // The pair: the host's 128-row choice (1x2 or 1x1 cluster) and the 2x1 cluster, launched back to back;
@@ -738,14 +748,14 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
         const WgradTiles wt = ChooseWgradTiles();
 #ifdef JAX_MOE_FFI_CUDA_BF16_ONLY
         // The compile check (CI): the default wgrad tiles only.
-        if (wt != WgradTiles::kPingpong) {
+        if (wt != WgradTiles::kCoop) {
           return ffi::Error(ffi::ErrorCode::kUnimplemented,
                             "jax_moe_ffi: this CUDA library was built with JAX_MOE_FFI_CUDA_BF16_ONLY (a compile "
-                            "check): JAX_MOE_FFI_WGRAD_TILES=coop/c2x2 are not in it; rebuild without it");
+                            "check): JAX_MOE_FFI_WGRAD_TILES=pingpong/c2x2 are not in it; rebuild without it");
         }
 #else
-        if (wt == WgradTiles::kCoop)
-          return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig<2, 1>>>(
+        if (wt == WgradTiles::kPingpong)
+          return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 1>>>(
               stream, ws, c, dev);
         if constexpr (std::is_same_v<TIn, cutlass::bfloat16_t> && std::is_same_v<TOut, cutlass::bfloat16_t>) {
           if (wt == WgradTiles::kPingpongC2x2)
@@ -775,8 +785,7 @@ ffi::Error DispatchOp(cudaStream_t stream, const Workspace& ws, const GemmCall& 
                                   "other dtypes use the default wgrad tiles");
         }
 #endif
-        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, Pingpong128Config<2, 1>>>(
-            stream, ws, c, dev);
+        return RunGroupedGemm<GroupedGemm<TIn, TOut, ColMajor, RowMajor, CoopConfig<2, 1>>>(stream, ws, c, dev);
       }
       break;  // no accumulate form of the wgrad
   }
