@@ -916,9 +916,9 @@ ffi::Error RunFp8Wgrad(cudaStream_t stream, const Workspace& ws, const Fp8WgradC
   return LaunchFp8Grouped<GemmDef>(args, arr, c.g, workspace, stream);
 }
 
-// JAX_MOE_FFI_FP8_WGRAD_TILES = coop (default) | pingpong, read once. Unlike the bf16 wgrad (ping-pong: a short
-// mainloop and a large epilogue, which ping-pong overlaps), the cooperative 128x128 tile was the faster one here:
-// on the H200 (session 16) 1.05-1.20x the bf16 wgrad kernel against 0.95-1.06x for ping-pong 64x128
+// JAX_MOE_FFI_FP8_WGRAD_TILES = coop (default) | pingpong, read once. The cooperative 128x128 tile was the faster one
+// here: on the H200 (session 16) 1.05-1.20x the bf16 wgrad kernel of then (ping-pong 128x128; the bf16 default is the
+// cooperative 128x256 tile since session 45, not yet compared with this one) against 0.95-1.06x for ping-pong 64x128
 // (benchmarks/results/fp8_wgrad_coop_h200.md vs grouped_gemm_fp8_h200.md, --passes wgrad).
 bool UsePingpongFp8WgradTiles() {
   static const bool pingpong = EnvSwitch("JAX_MOE_FFI_FP8_WGRAD_TILES", "coop", "pingpong");
