@@ -554,13 +554,13 @@ enum class WgradTiles {
 
 // The wgrad's tiles. Default (session 45): cooperative 128x256x64 on a 2x1 cluster, what torch._grouped_mm runs.
 // On an H100 (wgrad pass alone, ping-pong then coop, two alternating rounds, grouped_gemm_wgrad_all_s45_*_h100.md):
-// +8 to +25% on the large-K shapes (deepseek-v3 gate_up 565 -> 616 / 629 TFLOP/s, qwen3-235b 551-576 -> 634-689),
-// +3 to +29% on every skewed row, within -3 / +2% on the even qwen3-30b rows; the Qwen3 train step -1.4 / -2.4%
-// (dropless) and -1.1 / -1.6% (exact) in two alternating pairs (train_step_s45_wgrad_*_h100.md). The ping-pong kernel
-// (the default before) hides one warp group's epilogue behind the other's mainloop; the larger cooperative tile reads
-// half the dout per output element, which wins once a group's rows (the contraction) are more than a few hundred,
-// and on skewed sizes, where most rows sit in long groups. Not yet timed on an H200 (session 10's Qwen3 layer A/B
-// there: within noise, 4.764 vs 4.733 ms).
+// +3 to +21% on the large-K shapes (deepseek-v3 gate_up 565 -> 616 / 629 TFLOP/s, qwen3-235b 551-576 -> 634-689,
+// deepseek-v3 down +3-5%), +3 to +28% on every skewed row, within -3 / +2% on the even qwen3-30b rows; the Qwen3
+// train step -1.4 / -2.4% (dropless) and -1.1 / -1.6% (exact) in two alternating pairs (train_step_s45_wgrad_*_h100.md).
+// The ping-pong kernel (the default before) hides one warp group's epilogue behind the other's mainloop; the
+// cooperative tile's 256-wide N side reads half the lhs per output element, which (likely; not profiled) wins once a
+// group's rows (the contraction) are more than a few hundred, and on skewed sizes, where most rows sit in long groups.
+// Not yet timed on an H200 (session 10's Qwen3 layer A/B there: within noise, 4.764 vs 4.733 ms).
 WgradTiles ChooseWgradTiles() {
 #ifdef JAX_MOE_FFI_FP8_EXPERIMENTS
   const std::string choice = EnvOr("JAX_MOE_FFI_WGRAD_TILES", "coop");  // per call (A/B in one process)

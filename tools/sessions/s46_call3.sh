@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 46, call 3 (after s45_call2.sh's tables on an H200): the wgrad tile A/B of session 45 (H100: cooperative
-# 128x256 2x1 +8-25% on the large-K shapes and every skewed row, the train step -1.1 to -2.4%; now the default) on the
+# 128x256 2x1 +3-21% on the large-K shapes and every skewed row, the train step -1.1 to -2.4%; now the default) on the
 # H200 the targets name, alternating, every shape; then the train step under each, alternating. If the H200 disagrees,
 # the default can be made card-dependent. END caps the call (`left`, setup.sh).
 set -uo pipefail
