@@ -138,6 +138,14 @@ def main(argv=None):
         rhs = jnp.asarray(rng.standard_normal((g, k, n)) / np.sqrt(k), dtype)
         cot = jnp.asarray(rng.standard_normal((m, n)), dtype)
         flops = 2.0 * m * k * n
+
+        def add_row(impl, p, kind, ms, tf, label=None):
+            """One timed grouped row: kept for the results and printed as it comes."""
+            rows.append({"case": case["name"], "impl": impl, "pass": p, "groups": kind, "ms": ms, "tflops": tf,
+                         "M": m, "K": k, "N": n, "G": g})
+            print(f"{case['name']:>30} {kind:>4} {p:>7} {label or impl:>15} {ms:9.3f} ms {tf:9.3f} TFLOP/s",
+                  flush=True)
+
         for kind in args.groups.split(","):
             sizes = jnp.asarray(_common.group_sizes(m, g, kind, shapes))
             for p in args.passes.split(","):
@@ -146,28 +154,19 @@ def main(argv=None):
                         if name in args.skip.split(","):
                             continue
                         ms = _common.time_ms(fn, *a)
-                        rows.append({"case": case["name"], "impl": name, "pass": p, "groups": kind, "ms": ms,
-                                     "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
-                        print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms "
-                              f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
+                        add_row(name, p, kind, ms, flops / ms / 1e9)
                     continue
                 if p == "dgrad":
                     # the lhs gradient alone, dlhs[i] = cot[i] @ rhs[g(i)]^T (bf16 kernel, the form the custom_vjp
                     # runs), beside torch's own dgrad: with "wgrad" it splits fwd_bwd into its three GEMMs
                     fn = jax.jit(dgrad_ours)
                     ms = _common.time_ms(fn, cot, rhs, sizes)
-                    rows.append({"case": case["name"], "impl": "ours", "pass": p, "groups": kind, "ms": ms,
-                                 "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
-                    print(f"{case['name']:>30} {kind:>4} {p:>7} {'ours':>15} {ms:9.3f} ms "
-                          f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
+                    add_row("ours", p, kind, ms, flops / ms / 1e9)
                     continue
                 if recipe and p == "fwd" and "ours_fp8" not in args.skip.split(","):
                     fn, a = fp8_kernel_only(lhs, rhs, sizes)
                     ms = _common.time_ms(fn, *a)
-                    rows.append({"case": case["name"], "impl": "ours_fp8", "pass": p, "groups": kind, "ms": ms,
-                                 "tflops": flops / ms / 1e9, "M": m, "K": k, "N": n, "G": g})
-                    print(f"{case['name']:>30} {kind:>4} {p:>7} {'ours_fp8':>15} {ms:9.3f} ms "
-                          f"{flops / ms / 1e9:9.3f} TFLOP/s", flush=True)
+                    add_row("ours_fp8", p, kind, ms, flops / ms / 1e9)
                 if recipe and "ours_fp8_cached_weights" not in args.skip.split(","):
                     # weights quantised once outside the timing (quantize_weights: once per step for all its
                     # micro-batches); lhs, and in fwd_bwd the gradient, quantised inside; bf16 weight gradient
@@ -180,11 +179,8 @@ def main(argv=None):
                                                                                                           cot))
                         a = (lhs, rhs, sizes, cot, wq)
                     ms = _common.time_ms(fn, *a)
-                    tf = (flops if p == "fwd" else 3 * flops) / ms / 1e9
-                    rows.append({"case": case["name"], "impl": "ours_fp8_cached_weights", "pass": p, "groups": kind,
-                                 "ms": ms, "tflops": tf, "M": m, "K": k, "N": n, "G": g})
-                    print(f"{case['name']:>30} {kind:>4} {p:>7} {'fp8_cached_w':>15} {ms:9.3f} ms {tf:9.3f} TFLOP/s",
-                          flush=True)
+                    add_row("ours_fp8_cached_weights", p, kind, ms, (flops if p == "fwd" else 3 * flops) / ms / 1e9,
+                            label="fp8_cached_w")
                     del wq, a
                 for name, f in fns.items():
                     if name in ("xla_ragged_dot", "tokamax") and kind not in args.anchor_groups.split(","):
@@ -198,11 +194,7 @@ def main(argv=None):
                     except Exception as e:  # noqa: BLE001 - a failing anchor is reported, not fatal
                         print(f"{case['name']} {name} {p} {kind}: FAILED {type(e).__name__}: {str(e)[:200]}")
                         continue
-                    tf = (flops if p == "fwd" else 3 * flops) / ms / 1e9
-                    rows.append({"case": case["name"], "impl": name, "pass": p, "groups": kind, "ms": ms,
-                                 "tflops": tf, "M": m, "K": k, "N": n, "G": g})
-                    print(f"{case['name']:>30} {kind:>4} {p:>7} {name:>15} {ms:9.3f} ms {tf:9.3f} TFLOP/s",
-                          flush=True)
+                    add_row(name, p, kind, ms, (flops if p == "fwd" else 3 * flops) / ms / 1e9)
         # anchors independent of the grouping: a dense matmul of equal FLOPs and a copy (--skip dense,copy
         # leaves them out of A/B sweeps)
         skip = args.skip.split(",")
